@@ -1,0 +1,44 @@
+# OpenEnv Hub. `make help` lists the targets.
+SHELL := /bin/sh
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# pytest arguments, e.g. `make test ARGS="-k sync -x"`
+ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help install run test check bench bench-index migrate clean
+
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	@py=$$(scripts/find-python) || exit 1; \
+	  [ -x $(PY) ] || $$py -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[test]'
+	@touch $@
+
+install: $(VENV)/.installed ## Build .venv with the pinned dependencies
+
+migrate: install ## Apply database migrations
+	$(PY) manage.py migrate
+
+run: install ## Run the hub on embedded defaults: web + worker + beat + first sync (HOST, PORT)
+	$(PY) manage.py runhub --host $(HOST) --port $(PORT)
+
+test: install ## Run the test suite (PostgreSQL/Redis when DATABASE_URL/REDIS_URL are set)
+	$(PY) -m pytest $(ARGS)
+
+check: install ## Django system checks and migrations in sync with models
+	$(PY) manage.py check
+	$(PY) manage.py makemigrations --check --dry-run
+
+bench-index: install ## Benchmark indexing N synthetic Spaces from the Hub stand-in (N="1000 10000")
+	$(PY) -m bench.bench_index $(N)
+
+bench: bench-index ## Run every benchmark
+
+clean: ## Remove .venv and var/
+	rm -rf $(VENV) var

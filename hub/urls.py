@@ -1,0 +1,12 @@
+from django.contrib import admin
+from django.urls import include, path
+
+from registry import views
+
+urlpatterns = [
+    path("healthz", views.healthz, name="healthz"),
+    path("readyz", views.readyz, name="readyz"),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("registry.api.urls")),
+    path("", include("registry.urls")),
+]

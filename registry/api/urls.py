@@ -1,0 +1,13 @@
+from django.urls import path
+
+from registry.api import views
+
+app_name = "api"
+
+# Hub ids allow letters, digits, '-', '_' and '.'.
+_SEG = "<str:owner>/<str:name>"
+
+urlpatterns = [
+    path("environments/", views.EnvironmentList.as_view(), name="environment-list"),
+    path(f"environments/{_SEG}/", views.EnvironmentDetail.as_view(), name="environment-detail"),
+]

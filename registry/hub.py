@@ -1,0 +1,374 @@
+"""The one module that talks to the Hugging Face Hub, through `huggingface_hub`.
+
+Everything the Hub returns is untrusted: sizes are checked before a file is
+downloaded, every HTTP call has a timeout, 429 and 5xx are retried with
+backoff (Retry-After honoured, but capped), and failures surface as the small
+set of exceptions below so callers never see a `huggingface_hub` type.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx2
+from django.conf import settings
+from huggingface_hub import HfApi, SpaceInfo, hf_hub_url, set_client_factory
+from huggingface_hub.errors import (
+    EntryNotFoundError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
+from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+logger = logging.getLogger(__name__)
+
+ENVIRONMENT_TAGS = ("openenv", "agent-environment")
+SEARCH_TERM = "openenv"
+LISTING_EXPAND = [
+    "author", "cardData", "createdAt", "disabled", "lastModified", "likes", "private",
+    "runtime", "sdk", "sha", "siblings", "subdomain", "tags",
+]
+TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
+# A Link chain longer than this is a loop or an attack: 100 items a page would be 5 million Spaces.
+MAX_LISTING_PAGES = 50_000
+
+T = TypeVar("T")
+
+
+class HubError(Exception):
+    """The Hub could not give us what we asked for; `transient` says whether asking again may help."""
+
+    transient = False
+
+
+class HubUnavailable(HubError):
+    """429, 5xx or a network failure that outlasted our retries."""
+
+    transient = True
+
+
+class SpaceNotFound(HubError):
+    """The Space does not exist, or is private to us."""
+
+
+class RevisionNotFound(HubError):
+    """The sha is gone (force-push) or never existed: a newer listing will show the right one."""
+
+    transient = True
+
+
+class FileNotFound(HubError):
+    """No such file at that revision."""
+
+
+class FileTooLarge(HubError):
+    """The file is over the cap; it was not downloaded."""
+
+
+@dataclass(frozen=True)
+class SpaceFacts:
+    """What the Hub says about one Space at one sha (from a listing or from space_info)."""
+
+    repo_id: str
+    sha: str
+    author: str = ""
+    private: bool = False
+    disabled: bool = False
+    sdk: str = ""
+    tags: tuple[str, ...] = ()
+    card_data: dict[str, Any] | None = None
+    likes: int = 0
+    created_at: datetime | None = None
+    last_modified: datetime | None = None
+    runtime_stage: str = ""
+    subdomain: str = ""
+    host: str = ""
+    # Root files at this sha; size is None when the listing did not say.
+    files: dict[str, int | None] = field(default_factory=dict)
+    files_known: bool = False
+
+    @property
+    def owner(self) -> str:
+        return self.repo_id.split("/", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.repo_id.split("/", 1)[-1]
+
+    def is_tagged(self) -> bool:
+        return any(tag in ENVIRONMENT_TAGS for tag in self.tags)
+
+
+@dataclass
+class Listing:
+    """The union of the discovery listings; `complete` is False when any listing failed part-way."""
+
+    spaces: dict[str, SpaceFacts] = field(default_factory=dict)
+    complete: bool = True
+    errors: list[str] = field(default_factory=list)
+
+
+class _RetryAfterCap(httpx2.HTTPTransport):
+    """Caps Retry-After so that huggingface_hub's own backoff (used for listings) never sleeps for hours."""
+
+    def __init__(self, cap_s: float, **kwargs):
+        super().__init__(**kwargs)
+        self.cap_s = cap_s
+
+    def handle_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = super().handle_request(request)
+        value = response.headers.get("retry-after")
+        if value is not None:
+            try:
+                too_long = float(value) > self.cap_s
+            except ValueError:
+                too_long = True  # an HTTP-date or garbage: use our own backoff
+            if too_long:
+                response.headers["retry-after"] = str(int(self.cap_s))
+        return response
+
+
+_client_lock = threading.Lock()
+_client_config: tuple | None = None
+
+
+def _install_http_client() -> None:
+    """Give huggingface_hub's shared client timeouts (its default is none) and the Retry-After cap."""
+    global _client_config
+    config = (settings.HUB_HTTP_TIMEOUT_S, settings.HUB_RETRY_AFTER_MAX_S)
+    with _client_lock:
+        if _client_config == config:
+            return
+
+        def factory() -> httpx2.Client:
+            return httpx2.Client(
+                follow_redirects=True,
+                timeout=httpx2.Timeout(config[0], connect=min(10.0, config[0])),
+                transport=_RetryAfterCap(config[1]),
+            )
+
+        set_client_factory(factory)
+        _client_config = config
+
+
+def _status(exc: BaseException) -> int | None:
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    value = response.headers.get("retry-after") if response is not None else None
+    try:
+        return min(float(value), settings.HUB_RETRY_AFTER_MAX_S) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, (httpx2.TransportError, TimeoutError, ConnectionError)):
+        return True
+    if isinstance(exc, HfHubHTTPError):
+        return _status(exc) in TRANSIENT_STATUS
+    if isinstance(exc, LocalEntryNotFoundError):
+        # hf_hub_download turns a failed HEAD (5xx, network) into "not in the local cache".
+        cause = exc.__cause__ or exc.__context__
+        return cause is None or _is_transient(cause)
+    return False
+
+
+def _describe(exc: BaseException) -> str:
+    status = _status(exc)
+    text = " ".join(str(exc).split())[:300]
+    return f"HTTP {status}: {text}" if status else f"{type(exc).__name__}: {text}"
+
+
+class HubClient:
+    """Discovery and reads against one Hub endpoint. Thread-safe; cheap to construct."""
+
+    def __init__(self, *, endpoint: str | None = None, token: str | None = None, cache_dir: Path | None = None,
+                 sleep: Callable[[float], None] = time.sleep):
+        _install_http_client()
+        self.endpoint = (endpoint or settings.HF_ENDPOINT).rstrip("/")
+        # token=False stops huggingface_hub from picking up a token saved on this machine.
+        self.api = HfApi(endpoint=self.endpoint, token=token or settings.HF_TOKEN or False)
+        self.cache_dir = Path(cache_dir or settings.HF_CACHE_DIR)
+        self.sleep = sleep
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one Hub call, retrying transient failures with capped exponential backoff."""
+        attempts = max(1, settings.HUB_RETRY_ATTEMPTS)
+        for attempt in range(1, attempts + 1):
+            try:
+                return fn()
+            except RepositoryNotFoundError as exc:
+                raise SpaceNotFound(f"{what}: the Space does not exist or is not public ({_describe(exc)})") from exc
+            except RevisionNotFoundError as exc:
+                raise RevisionNotFound(f"{what}: revision not found ({_describe(exc)})") from exc
+            except EntryNotFoundError as exc:
+                if isinstance(exc, LocalEntryNotFoundError) and _is_transient(exc):
+                    error: BaseException = exc.__cause__ or exc  # snapshot_download's way of saying "Hub down"
+                else:
+                    raise FileNotFound(f"{what}: no such file") from exc
+            except Exception as exc:  # noqa: BLE001 - classified just below
+                if not _is_transient(exc):
+                    raise HubError(f"{what}: {_describe(exc)}") from exc
+                error = exc
+            if attempt == attempts:
+                raise HubUnavailable(f"{what}: the Hub kept failing after {attempts} attempts ({_describe(error)})") from error
+            delay = _retry_after(error)
+            if delay is None:
+                delay = min(settings.HUB_RETRY_BASE_S * 2 ** (attempt - 1), 30.0)
+            logger.warning("hub: %s failed (%s); retry %d/%d in %.1fs", what, _describe(error), attempt, attempts - 1, delay)
+            self.sleep(delay)
+        raise AssertionError("unreachable")
+
+    # --- discovery ------------------------------------------------------------------
+
+    def _iter_listing(self, query: dict[str, str]) -> Iterator[SpaceFacts]:
+        """Page through /api/spaces following `Link: rel="next"` to the end.
+
+        Each page is retried on its own (a 429 on page 40 does not restart at
+        page 1), and a next link that leaves the endpoint's origin is refused:
+        the token must never be sent to a host the Hub merely named.
+        """
+        headers = build_hf_headers(token=self.api.token, library_name="openenv-hub")
+        url: str | None = f"{self.endpoint}/api/spaces"
+        params: list[tuple[str, str]] | None = [*query.items()] + [("expand", e) for e in LISTING_EXPAND]
+        origin = httpx2.URL(self.endpoint)
+        for page in range(1, MAX_LISTING_PAGES + 1):
+            response = self._call(f"listing page {page}", lambda url=url, params=params: _get_page(url, params, headers))
+            items = response.json()
+            if not isinstance(items, list):
+                raise HubError(f"listing page {page}: expected a JSON list, got {type(items).__name__}")
+            for item in items:
+                try:
+                    facts = _facts_from_info(SpaceInfo(**item)) if isinstance(item, dict) and "id" in item else None
+                except Exception as exc:  # noqa: BLE001 - one malformed item must not end the listing
+                    logger.warning("hub: listing page %d: skipped a malformed item (%s)", page, _describe(exc))
+                    continue
+                if facts is not None:
+                    yield facts
+            url, params = response.links.get("next", {}).get("url"), None
+            if url is None:
+                return
+            nxt = httpx2.URL(url)
+            if (nxt.scheme, nxt.host, nxt.port) != (origin.scheme, origin.host, origin.port):
+                raise HubError(f"listing page {page}: next link {url!r} leaves {self.endpoint}; not followed")
+        raise HubError(f"listing: more than {MAX_LISTING_PAGES} pages; stopped")
+
+    def list_environment_spaces(self) -> Listing:
+        """Every public Space that is an OpenEnv environment: tagged, or found by search with an openenv.yaml at its root."""
+        listing = Listing()
+        queries: list[tuple[str, dict]] = [(f"tag {tag!r}", {"filter": tag}) for tag in ENVIRONMENT_TAGS]
+        queries.append((f"search {SEARCH_TERM!r}", {"search": SEARCH_TERM}))
+        for label, query in queries:
+            try:
+                for facts in self._iter_listing(query):
+                    if facts.private:
+                        continue
+                    is_search = "search" in query
+                    if is_search and not facts.is_tagged() and "openenv.yaml" not in facts.files:
+                        continue
+                    listing.spaces.setdefault(facts.repo_id.lower(), facts)
+            except Exception as exc:  # noqa: BLE001 - a failed listing must not stop the others
+                listing.complete = False
+                listing.errors.append(f"listing by {label} stopped early: {_describe(exc)}")
+                logger.warning("hub: listing by %s failed: %s", label, _describe(exc))
+        return listing
+
+    def space(self, repo_id: str, *, revision: str | None = None) -> SpaceFacts:
+        """One Space's facts, with root file sizes, at a revision (default: the current head)."""
+        info = self._call(
+            f"space_info {repo_id}",
+            lambda: self.api.space_info(repo_id, revision=revision, files_metadata=True),
+        )
+        facts = _facts_from_info(info)
+        if facts is None:
+            raise HubError(f"space_info {repo_id}: the Hub answered without an id or sha")
+        return facts
+
+    def read_file(self, repo_id: str, path: str, *, sha: str, size: int | None, cap: int) -> bytes:
+        """One file pinned to `sha`, streamed and cut off past `cap` (the declared size is checked first but not trusted)."""
+        if size is not None and size > cap:
+            raise FileTooLarge(f"{path} is {size:,} bytes; the index reads at most {cap:,} bytes")
+        url = hf_hub_url(repo_id, path, repo_type="space", revision=sha, endpoint=self.endpoint)
+        headers = build_hf_headers(token=self.api.token, library_name="openenv-hub")
+        data = self._call(f"download {repo_id}/{path}@{sha[:12]}", lambda: _get_capped(url, headers, cap))
+        if data is None:
+            raise FileTooLarge(f"{path} is over {cap:,} bytes; the index reads at most {cap:,} bytes")
+        return data
+
+    def snapshot(self, repo_id: str, *, sha: str, local_dir: Path) -> Path:
+        """The whole repository at `sha` into `local_dir` (for the local validation runner)."""
+        return Path(self._call(
+            f"snapshot {repo_id}@{sha[:12]}",
+            lambda: self.api.snapshot_download(
+                repo_id=repo_id, repo_type="space", revision=sha, cache_dir=self.cache_dir, local_dir=local_dir,
+            ),
+        ))
+
+
+def _get_capped(url: str, headers: dict, cap: int) -> bytes | None:
+    """GET a file; None when the body runs past `cap` (the rest is never read)."""
+    with get_session().stream("GET", url, headers=headers) as response:
+        hf_raise_for_status(response)
+        chunks, total = [], 0
+        for chunk in response.iter_bytes():
+            total += len(chunk)
+            if total > cap:
+                return None
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _get_page(url: str, params: list[tuple[str, str]] | None, headers: dict) -> httpx2.Response:
+    response = get_session().get(url, params=params, headers=headers)
+    hf_raise_for_status(response)
+    return response
+
+
+def _facts_from_info(info: Any) -> SpaceFacts | None:
+    repo_id = getattr(info, "id", None)
+    sha = getattr(info, "sha", None)
+    if not isinstance(repo_id, str) or "/" not in repo_id or not isinstance(sha, str):
+        return None
+    runtime = getattr(info, "runtime", None)
+    siblings = getattr(info, "siblings", None)
+    files: dict[str, int | None] = {}
+    for sibling in siblings or []:
+        name = getattr(sibling, "rfilename", None)
+        if isinstance(name, str):
+            files[name] = getattr(sibling, "size", None)
+    card = getattr(info, "card_data", None)
+    if card is not None and hasattr(card, "to_dict"):
+        card = card.to_dict()
+    subdomain = getattr(info, "subdomain", None) or ""
+    host = getattr(info, "host", None) or (f"https://{subdomain}.hf.space" if subdomain else "")
+    return SpaceFacts(
+        repo_id=repo_id,
+        sha=sha.lower(),
+        author=getattr(info, "author", None) or repo_id.split("/", 1)[0],
+        private=bool(getattr(info, "private", False)),
+        disabled=bool(getattr(info, "disabled", False)),
+        sdk=getattr(info, "sdk", None) or "",
+        tags=tuple(str(t) for t in (getattr(info, "tags", None) or []) if isinstance(t, str)),
+        card_data=card if isinstance(card, dict) else None,
+        likes=int(getattr(info, "likes", None) or 0),
+        created_at=getattr(info, "created_at", None),
+        last_modified=getattr(info, "last_modified", None),
+        runtime_stage=str(getattr(runtime, "stage", "") or ""),
+        subdomain=subdomain,
+        host=host,
+        files=files,
+        files_known=siblings is not None,
+    )

@@ -1,0 +1,70 @@
+"""Run the whole hub on the embedded defaults: web server, Celery worker and beat, and a first sync."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Start the web server, a Celery worker and Celery beat side by side (what `make run` does)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
+        parser.add_argument("--port", default=os.environ.get("PORT", "8000"))
+        parser.add_argument("--no-sync", action="store_true", help="Do not queue a first sync.")
+
+    def handle(self, *args, host: str, port: str, no_sync: bool = False, **options):
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+        for folder in ("queue", "processed"):
+            (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+        call_command("migrate", interactive=False, verbosity=0)
+        python = sys.executable
+        celery = [python, "-m", "celery", "-A", "hub"]
+        commands = {
+            "worker": celery + ["worker", "--loglevel", "INFO", "--concurrency", "2", "-Q", "default,validation",
+                                "--hostname", "embedded@%h"],
+            "beat": celery + ["beat", "--loglevel", "INFO", "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+            "web": [python, "manage.py", "runserver", f"{host}:{port}", "--noreload", "--insecure"],
+        }
+        procs: dict[str, subprocess.Popen] = {}
+        stopping = False
+
+        def stop(*_):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        try:
+            for label, cmd in commands.items():
+                procs[label] = subprocess.Popen(cmd, cwd=settings.BASE_DIR)
+            if not no_sync:
+                from workers.tasks import sync_hub
+
+                sync_hub.delay()
+                self.stdout.write("first sync queued")
+            self.stdout.write(f"OpenEnv Hub on http://{host}:{port}/ (Ctrl-C to stop)")
+            while not stopping:
+                for label, proc in procs.items():
+                    if proc.poll() is not None:
+                        self.stderr.write(f"{label} exited with status {proc.returncode}; stopping")
+                        stopping = True
+                time.sleep(0.5)
+        finally:
+            for proc in procs.values():
+                if proc.poll() is None:
+                    proc.terminate()
+            deadline = time.monotonic() + 15
+            for proc in procs.values():
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    proc.kill()

@@ -1,0 +1,196 @@
+"""The index: environments, their immutable revisions, and what went wrong reading them.
+
+Nothing here is ever deleted: an environment that leaves the Hub is withdrawn
+and keeps its history. Writes go through registry.services, reads through
+registry.selectors.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Lower
+
+SHA_PATTERN = r"^([0-9a-f]{40}|[0-9a-f]{64})$"
+
+
+def environment_key(owner: str, name: str) -> str:
+    """The normalized natural key of an environment: Hub repo ids are case-insensitive."""
+    return f"{owner}/{name}".lower()
+
+
+class Environment(models.Model):
+    """One environment: a Hub Space `owner/name`, or one folder of a local source.
+
+    Invariants: `key` (the case-folded `owner/name`) is unique; rows are never
+    deleted; `head` is one of the environment's own revisions (kept by
+    services.revision_record); a withdrawn environment has a reason and a time.
+    """
+
+    class Source(models.TextChoices):
+        HUGGINGFACE = "huggingface", "Hugging Face Hub"
+        LOCAL = "local", "Local source"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        WITHDRAWN = "withdrawn", "Withdrawn"
+
+    source = models.CharField(max_length=16, choices=Source.choices)
+    owner = models.CharField(max_length=96, help_text="As the Hub spells it.")
+    name = models.CharField(max_length=96, help_text="As the Hub spells it.")
+    key = models.CharField(max_length=200, unique=True, editable=False)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    status_reason = models.TextField(blank=True)
+    head = models.ForeignKey(
+        "Revision", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The revision the Hub serves now (the latest indexed sha).",
+    )
+    # Live Hub facts that change without a commit: refreshed from every listing.
+    likes = models.IntegerField(default=0)
+    runtime_stage = models.CharField(max_length=32, blank=True)
+    hub_last_modified = models.DateTimeField(null=True, blank=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True, help_text="Last time a listing or a read saw it.")
+    local_path = models.CharField(max_length=1024, blank=True, help_text="For local sources: the package folder.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(help_text="When the head revision or the status last changed.")
+
+    class Meta:
+        ordering = ["key"]
+        constraints = [
+            models.CheckConstraint(condition=Q(source__in=["huggingface", "local"]), name="environment_source_valid"),
+            models.CheckConstraint(condition=Q(status__in=["active", "withdrawn"]), name="environment_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status="active") | Q(status_changed_at__isnull=False), name="environment_withdrawn_has_time"
+            ),
+            models.UniqueConstraint(Lower("owner"), Lower("name"), name="environment_owner_name_ci_unique"),
+        ]
+        indexes = [models.Index(fields=["status", "-updated_at"], name="environment_status_updated")]
+
+    def __str__(self) -> str:
+        return self.repo_id
+
+    @property
+    def repo_id(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+    def save(self, *args, **kwargs):
+        self.key = environment_key(self.owner, self.name)
+        super().save(*args, **kwargs)
+
+
+class Revision(models.Model):
+    """What was read of an environment at one commit sha (or, for local sources, one content digest).
+
+    Invariants: one row per (environment, sha); a row is written once and never
+    updated, so a result bound to a revision stays bound to exactly those files.
+    """
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="revisions")
+    sha = models.CharField(max_length=64, help_text="Hub commit sha (40 hex) or local content digest (64 hex).")
+    indexed_at = models.DateTimeField(auto_now_add=True)
+    content_digest = models.CharField(max_length=64, help_text="sha256 over the files read, by path.")
+    files = models.JSONField(default=list, help_text="Root listing at this sha: [{path, size}].")
+
+    manifest_raw = models.TextField(blank=True)
+    manifest = models.JSONField(null=True, blank=True, help_text="Parsed openenv.yaml, or null when it is unusable.")
+    readme_raw = models.TextField(blank=True)
+    readme_front_matter = models.JSONField(null=True, blank=True)
+    readme_body = models.TextField(blank=True)
+    description = models.TextField(blank=True)
+
+    # The names the tools use, stored explicitly because they disagree by design.
+    manifest_name = models.CharField(max_length=200, blank=True)
+    package_name = models.CharField(max_length=200, blank=True, help_text="pyproject [project].name")
+    openenv_requirement = models.CharField(max_length=200, blank=True, help_text="e.g. openenv[core]>=0.2.2")
+    space_id = models.CharField(max_length=200, blank=True)
+    subdomain = models.CharField(max_length=200, blank=True)
+    host = models.CharField(max_length=300, blank=True)
+
+    # Hub facts as the Hub reported them when this sha was read.
+    sdk = models.CharField(max_length=32, blank=True)
+    tags = models.JSONField(default=list)
+    likes = models.IntegerField(null=True, blank=True)
+    hub_created_at = models.DateTimeField(null=True, blank=True)
+    hub_last_modified = models.DateTimeField(null=True, blank=True)
+    runtime_stage = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["-indexed_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "sha"], name="revision_environment_sha_unique"),
+            models.CheckConstraint(condition=Q(sha__regex=SHA_PATTERN), name="revision_sha_hex"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.environment.repo_id}@{self.sha[:12]}"
+
+
+class IndexProblem(models.Model):
+    """Something that went wrong reading an environment, shown to people as an index error.
+
+    Invariant: at most one open (unresolved) problem per (environment, sha,
+    code); seeing it again bumps `occurrences`. Problems of a revision stay
+    open while that revision is head; they are resolved when a newer revision
+    is indexed or the failed read later succeeds.
+    """
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="problems")
+    revision = models.ForeignKey(Revision, null=True, blank=True, on_delete=models.PROTECT, related_name="problems")
+    sha = models.CharField(max_length=64, blank=True, help_text="The sha being read when it happened.")
+    code = models.CharField(max_length=64, help_text="Stable machine code, e.g. manifest.yaml_invalid.")
+    message = models.TextField(help_text="What a person should read.")
+    transient = models.BooleanField(default=False, help_text="The Hub failed, not the environment: retried next sync.")
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(auto_now=True)
+    occurrences = models.PositiveIntegerField(default=1)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-last_seen_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["environment", "sha", "code"], condition=Q(resolved_at__isnull=True),
+                name="indexproblem_open_unique",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message[:80]}"
+
+
+class SyncRun(models.Model):
+    """One pass of the indexer (a full Hub reconcile, a single Space, or the local sources).
+
+    Invariant: counts are written when the run finishes; a run that died
+    keeps state=running with no finished_at, which tells an operator so.
+    """
+
+    class Kind(models.TextChoices):
+        HUB = "hub", "Hub reconcile"
+        SPACE = "space", "One Space"
+        LOCAL = "local", "Local sources"
+
+    class State(models.TextChoices):
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    target = models.CharField(max_length=300, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    listing_complete = models.BooleanField(default=True)
+    found = models.PositiveIntegerField(default=0)
+    new = models.PositiveIntegerField(default=0)
+    updated = models.PositiveIntegerField(default=0)
+    unchanged = models.PositiveIntegerField(default=0)
+    withdrawn = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    messages = models.JSONField(default=list, help_text="Errors not tied to one environment (a failed listing).")
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} sync {self.started_at:%Y-%m-%d %H:%M}"

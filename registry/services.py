@@ -1,0 +1,489 @@
+"""Writes to the index. Every function here is idempotent: running it twice changes nothing more.
+
+Network reads happen before a transaction opens, never inside one. Each
+environment is written in its own transaction, so one bad item never stops
+or rolls back the others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from registry import manifest as mf
+from registry.hub import FileNotFound, FileTooLarge, HubClient, HubError, SpaceFacts, SpaceNotFound
+from registry.models import Environment, IndexProblem, Revision, SyncRun, environment_key
+
+logger = logging.getLogger(__name__)
+
+NEW, UPDATED, UNCHANGED, WITHDRAWN, ERROR, SKIPPED = "new", "updated", "unchanged", "withdrawn", "errors", "skipped"
+
+# Local packages: what a content digest walks over, and how far.
+LOCAL_SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+LOCAL_MAX_FILES = 5_000
+LOCAL_MAX_BYTES = 64 * 1024 * 1024
+
+
+@dataclass
+class SyncSummary:
+    """Counts a sync reports: found, new, updated, unchanged, withdrawn, errors."""
+
+    run: SyncRun
+
+    def __str__(self) -> str:
+        r = self.run
+        text = (f"found {r.found}, new {r.new}, updated {r.updated}, unchanged {r.unchanged}, "
+                f"withdrawn {r.withdrawn}, errors {r.errors}")
+        if not r.listing_complete:
+            text += " (listing incomplete: nothing was withdrawn)"
+        return text
+
+
+# --- problems ---------------------------------------------------------------------------------------
+
+
+def index_problem_record(*, environment: Environment, sha: str, problem: mf.Problem,
+                         revision: Revision | None = None) -> IndexProblem:
+    """Record a problem, or bump the open one with the same (environment, sha, code)."""
+    open_ = IndexProblem.objects.filter(environment=environment, sha=sha, code=problem.code, resolved_at__isnull=True)
+    for _ in range(2):
+        existing = open_.first()
+        if existing:
+            existing.occurrences += 1
+            existing.message = problem.message
+            existing.save(update_fields=["occurrences", "message", "last_seen_at"])
+            return existing
+        try:
+            with transaction.atomic():
+                return IndexProblem.objects.create(
+                    environment=environment, revision=revision, sha=sha, code=problem.code,
+                    message=problem.message, transient=problem.transient,
+                )
+        except IntegrityError:
+            continue  # a concurrent writer created it: bump that one
+    raise RuntimeError("could not record index problem")
+
+
+def _problems_resolve_except_head(environment: Environment) -> None:
+    """Close problems that no longer describe the head: older revisions' and failed reads that later succeeded."""
+    head_sha = environment.head.sha if environment.head else None
+    stale = IndexProblem.objects.filter(environment=environment, resolved_at__isnull=True)
+    if head_sha:
+        stale = stale.filter(~Q(sha=head_sha) | Q(transient=True))
+    stale.update(resolved_at=timezone.now())
+
+
+# --- environments and revisions -----------------------------------------------------------------------
+
+
+def environment_get_or_create(*, source: str, owner: str, name: str) -> tuple[Environment, bool]:
+    """The environment for owner/name (case-insensitive), created active if new."""
+    key = environment_key(owner, name)
+    env = Environment.objects.filter(key=key).first()
+    if env:
+        return env, False
+    try:
+        with transaction.atomic():
+            return Environment.objects.create(source=source, owner=owner, name=name, updated_at=timezone.now()), True
+    except IntegrityError:
+        return Environment.objects.get(key=key), False
+
+
+def environment_withdraw(*, environment: Environment, reason: str) -> bool:
+    """Mark an environment withdrawn (keeping all its history). Compare-and-set: True only if it was active."""
+    now = timezone.now()
+    changed = Environment.objects.filter(pk=environment.pk, status=Environment.Status.ACTIVE).update(
+        status=Environment.Status.WITHDRAWN, status_reason=reason, status_changed_at=now, updated_at=now,
+    )
+    if changed:
+        environment.refresh_from_db()
+        logger.info("index: withdrew %s: %s", environment.repo_id, reason)
+    return bool(changed)
+
+
+def _environment_reactivate(environment: Environment) -> None:
+    if environment.status != Environment.Status.ACTIVE:
+        environment.status = Environment.Status.ACTIVE
+        environment.status_reason = ""
+        environment.status_changed_at = timezone.now()
+
+
+def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFacts, files: list[dict],
+                    space: SpaceFacts | None = None) -> tuple[Revision, bool]:
+    """Store what was read at `sha` as an immutable revision and make it head. Returns (revision, created).
+
+    The head only moves forward: a revision whose Hub last-modified time is older
+    than the current head's (a slow, stale writer) is stored but not made head.
+    """
+    with transaction.atomic():
+        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        revision = Revision.objects.filter(environment=env, sha=sha).first()
+        created = revision is None
+        if created:
+            revision = Revision.objects.create(
+                environment=env, sha=sha, content_digest=facts.content_digest, files=files,
+                manifest_raw=facts.manifest_raw, manifest=facts.manifest, manifest_name=facts.manifest_name,
+                readme_raw=facts.readme_raw, readme_front_matter=facts.readme_front_matter,
+                readme_body=facts.readme_body, description=facts.description,
+                package_name=facts.package_name, openenv_requirement=facts.openenv_requirement,
+                space_id=space.repo_id if space else "",
+                subdomain=space.subdomain if space else "",
+                host=space.host if space else "",
+                sdk=(space.sdk if space else str((facts.readme_front_matter or {}).get("sdk") or ""))[:32],
+                tags=list(space.tags) if space else facts.tags,
+                likes=space.likes if space else None,
+                hub_created_at=space.created_at if space else None,
+                hub_last_modified=space.last_modified if space else None,
+                runtime_stage=space.runtime_stage if space else "",
+            )
+            for problem in facts.problems:
+                index_problem_record(environment=env, sha=sha, problem=problem, revision=revision)
+        head = env.head
+        stale = (
+            head is not None and head.sha != sha and head.hub_last_modified and revision.hub_last_modified
+            and revision.hub_last_modified < head.hub_last_modified
+        )
+        if not stale and (env.head_id != revision.pk or env.status != Environment.Status.ACTIVE):
+            env.head = revision
+            _environment_reactivate(env)
+            env.updated_at = timezone.now()
+        if space:
+            env.likes, env.runtime_stage, env.hub_last_modified = space.likes, space.runtime_stage, space.last_modified
+        env.last_seen_at = timezone.now()
+        env.save()
+        _problems_resolve_except_head(env)
+    environment.refresh_from_db()
+    return revision, created
+
+
+# --- the Hub ---------------------------------------------------------------------------------------------
+
+
+def _read_space_files(client: HubClient, space: SpaceFacts) -> tuple[dict[str, bytes | None], list[mf.Problem], SpaceFacts]:
+    """Read the indexed files of a Space at its sha. Sizes come from space_info so big files are never fetched."""
+    if not space.files_known or any(space.files.get(p, 0) is None for p in mf.PACKAGE_FILES if p in space.files):
+        space = client.space(space.repo_id, revision=space.sha)
+    contents: dict[str, bytes | None] = {}
+    problems: list[mf.Problem] = []
+    for path in mf.PACKAGE_FILES:
+        if path not in space.files:
+            contents[path] = None
+            continue
+        cap = mf.FILE_CAPS[path]
+        try:
+            contents[path] = client.read_file(space.repo_id, path, sha=space.sha, size=space.files[path], cap=cap)
+        except FileTooLarge as exc:
+            contents[path] = None
+            problems.append(mf.Problem(f"{mf._slug(path)}.too_large", f"{exc}."))
+        except FileNotFound:
+            contents[path] = None
+    return contents, problems, space
+
+
+def space_index(*, client: HubClient, space: SpaceFacts, environment: Environment | None = None) -> str:
+    """Index one listed Space at the sha the Hub reports. Returns new / updated / unchanged / withdrawn / errors.
+
+    Reads files only when the sha is not indexed yet; otherwise refreshes the
+    live facts (likes, runtime stage) and touches nothing else.
+    """
+    if environment is None:
+        environment = Environment.objects.filter(key=space.repo_id.lower()).select_related("head").first()
+    if environment and environment.source != Environment.Source.HUGGINGFACE:
+        return _conflict(environment, space)
+    if (environment and environment.head and environment.head.sha == space.sha
+            and environment.status == Environment.Status.ACTIVE):
+        _live_facts_refresh(environment, space)
+        return UNCHANGED
+    is_new = environment is None or environment.head_id is None
+    if environment is not None:
+        known = Revision.objects.filter(environment=environment, sha=space.sha).first()
+        if known is not None:
+            # A revert to an already indexed sha, or a withdrawn Space that came back: nothing to download.
+            revision_record(environment=environment, sha=space.sha, facts=_facts_of(known), files=known.files, space=space)
+            return UPDATED
+    try:
+        contents, read_problems, space = _read_space_files(client, space)
+    except SpaceNotFound as exc:
+        if environment:
+            environment_withdraw(environment=environment, reason=f"Gone from the Hub while being read: {exc}")
+            return WITHDRAWN
+        return SKIPPED
+    except HubError as exc:
+        environment = environment or environment_get_or_create(
+            source=Environment.Source.HUGGINGFACE, owner=space.owner, name=space.name)[0]
+        index_problem_record(environment=environment, sha=space.sha, problem=mf.Problem(
+            "hub.unavailable" if exc.transient else "hub.error",
+            f"Could not read the Space at {space.sha[:12]}: {exc}. It will be retried on the next sync.",
+            transient=True,
+        ))
+        return ERROR
+    facts = mf.read_package(contents)
+    facts.problems = read_problems + facts.problems
+    if contents[mf.MANIFEST_FILE] is None and not space.is_tagged():
+        # Found by search only, and the manifest is gone: not an environment any more.
+        if environment:
+            environment_withdraw(environment=environment, reason="No longer an environment: no openenv.yaml and no openenv tag.")
+            return WITHDRAWN
+        return SKIPPED
+    if environment is None:
+        environment, _ = environment_get_or_create(
+            source=Environment.Source.HUGGINGFACE, owner=space.owner, name=space.name)
+    files = [{"path": p, "size": s} for p, s in sorted(space.files.items()) if "/" not in p]
+    revision_record(environment=environment, sha=space.sha, facts=facts, files=files, space=space)
+    return NEW if is_new else UPDATED
+
+
+def _facts_of(revision: Revision) -> mf.PackageFacts:
+    return mf.PackageFacts(
+        manifest_raw=revision.manifest_raw, manifest=revision.manifest, manifest_name=revision.manifest_name,
+        readme_raw=revision.readme_raw, readme_front_matter=revision.readme_front_matter,
+        readme_body=revision.readme_body, description=revision.description, package_name=revision.package_name,
+        openenv_requirement=revision.openenv_requirement, tags=list(revision.tags),
+        content_digest=revision.content_digest,
+    )
+
+
+def _conflict(environment: Environment, space: SpaceFacts) -> str:
+    index_problem_record(environment=environment, sha=space.sha, problem=mf.Problem(
+        "index.name_conflict",
+        f"The Hub Space {space.repo_id} has the same id as this {environment.get_source_display().lower()} "
+        "environment; the Space was not indexed.",
+    ))
+    return ERROR
+
+
+def _live_facts_refresh(environment: Environment, space: SpaceFacts) -> None:
+    """Likes and runtime stage change without a commit: keep them current without touching the revision."""
+    now = timezone.now()
+    Environment.objects.filter(pk=environment.pk).update(
+        likes=space.likes, runtime_stage=space.runtime_stage, hub_last_modified=space.last_modified, last_seen_at=now,
+    )
+
+
+def _withdraw_if_gone(client: HubClient, environment: Environment) -> str:
+    """A Space missing from a complete listing: ask the Hub directly before withdrawing it."""
+    try:
+        space = client.space(environment.repo_id)
+    except SpaceNotFound:
+        environment_withdraw(environment=environment, reason="Gone from the Hub: deleted, renamed or made private.")
+        return WITHDRAWN
+    except HubError as exc:
+        index_problem_record(environment=environment, sha=environment.head.sha if environment.head else "",
+                             problem=mf.Problem("hub.unavailable", f"Could not confirm the Space still exists: {exc}.",
+                                                transient=True))
+        return ERROR
+    if space.private:
+        environment_withdraw(environment=environment, reason="Made private on the Hub.")
+        return WITHDRAWN
+    if not space.is_tagged() and mf.MANIFEST_FILE not in space.files:
+        environment_withdraw(environment=environment, reason="No longer an environment: no openenv.yaml and no openenv tag.")
+        return WITHDRAWN
+    # Still an environment; the listing just did not show it (search ranking, eventual consistency).
+    return space_index(client=client, space=space, environment=environment)
+
+
+def _sync_run_finish(run: SyncRun, counts: Counter, *, messages: list[str] | None = None) -> SyncSummary:
+    for field in ("found", "new", "updated", "unchanged", "withdrawn", "errors"):
+        setattr(run, field, counts[field])
+    run.messages = messages or []
+    run.errors += len(run.messages)
+    run.state = SyncRun.State.FINISHED
+    run.finished_at = timezone.now()
+    run.save()
+    return SyncSummary(run)
+
+
+def hub_sync(*, client: HubClient | None = None) -> SyncSummary:
+    """Reconcile the index with the Hub: index new and changed Spaces, refresh the rest, withdraw what left.
+
+    Withdrawal happens only after a complete listing, and only once space_info
+    confirms the Space is gone, private, or no longer an environment.
+    """
+    client = client or HubClient()
+    run = SyncRun.objects.create(kind=SyncRun.Kind.HUB, target=client.endpoint)
+    listing = client.list_environment_spaces()
+    run.listing_complete = listing.complete
+    counts: Counter = Counter()
+    known = {
+        env.key: env
+        for env in Environment.objects.filter(source=Environment.Source.HUGGINGFACE).select_related("head")
+    }
+    for key, space in listing.spaces.items():
+        counts["found"] += 1
+        counts[_index_guarded(client, space, known.get(key))] += 1
+    if listing.complete:
+        for key, env in known.items():
+            if key not in listing.spaces and env.status == Environment.Status.ACTIVE:
+                outcome = _guarded(lambda env=env: _withdraw_if_gone(client, env), env.repo_id, env)
+                if outcome == WITHDRAWN:
+                    counts[WITHDRAWN] += 1
+                elif outcome == ERROR:
+                    counts[ERROR] += 1
+    return _sync_run_finish(run, counts, messages=listing.errors)
+
+
+def _index_guarded(client: HubClient, space: SpaceFacts, env: Environment | None) -> str:
+    return _guarded(lambda: space_index(client=client, space=space, environment=env), space.repo_id, env)
+
+
+def _guarded(fn, label: str, env: Environment | None) -> str:
+    """Run one item's indexing; an unexpected error is logged and recorded, and the sync goes on."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - one bad item never stops the others
+        logger.exception("index: %s failed", label)
+        if env is not None:
+            try:
+                index_problem_record(environment=env, sha=env.head.sha if env.head else "", problem=mf.Problem(
+                    "index.internal_error", f"Indexing failed unexpectedly ({type(exc).__name__}); it will be retried."))
+            except Exception:  # noqa: BLE001
+                logger.exception("index: could not record the failure of %s", label)
+        return ERROR
+
+
+def space_index_by_id(*, repo_id: str, client: HubClient | None = None) -> SyncSummary:
+    """Index one Space by id, as a webhook or an operator would ask: same rules as a full sync, for one item."""
+    client = client or HubClient()
+    run = SyncRun.objects.create(kind=SyncRun.Kind.SPACE, target=repo_id)
+    counts: Counter = Counter()
+    env = Environment.objects.filter(key=repo_id.lower()).select_related("head").first()
+    messages: list[str] = []
+    try:
+        space = client.space(repo_id)
+    except SpaceNotFound:
+        if env and environment_withdraw(environment=env, reason="Gone from the Hub: deleted, renamed or made private."):
+            counts[WITHDRAWN] += 1
+        elif not env:
+            messages.append(f"{repo_id}: no such public Space on the Hub.")
+        return _sync_run_finish(run, counts, messages=messages)
+    except HubError as exc:
+        messages.append(f"{repo_id}: {exc}")
+        return _sync_run_finish(run, counts, messages=messages)
+    if space.private or (not space.is_tagged() and mf.MANIFEST_FILE not in space.files):
+        if env:
+            counts[_withdraw_if_gone(client, env)] += 1
+        else:
+            messages.append(f"{repo_id}: not an OpenEnv environment (no openenv tag and no openenv.yaml at the root).")
+        return _sync_run_finish(run, counts, messages=messages)
+    counts["found"] += 1
+    outcome = _index_guarded(client, space, env)
+    if outcome != SKIPPED:
+        counts[outcome] += 1
+    return _sync_run_finish(run, counts)
+
+
+# --- local sources ----------------------------------------------------------------------------------------
+
+
+def _local_sources() -> list[tuple[str, Path]]:
+    """HUB_LOCAL_SOURCES entries, each `path` or `owner=path`; the owner defaults to 'local'."""
+    sources = []
+    for entry in settings.HUB_LOCAL_SOURCES:
+        owner, sep, path = entry.partition("=")
+        if not sep:
+            owner, path = "local", entry
+        sources.append((owner.strip() or "local", Path(path).expanduser()))
+    return sources
+
+
+def local_package_digest(root: Path) -> tuple[str, list[dict]]:
+    """sha256 over every file of a package folder (paths and bytes), and the root listing.
+
+    Symlinks are not followed, caches and virtualenvs are skipped, and the walk
+    is capped in files and bytes so a hostile folder cannot stall the indexer.
+    """
+    h = hashlib.sha256()
+    count = total = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in LOCAL_SKIP_DIRS and not d.endswith(".egg-info"))
+        for filename in sorted(filenames):
+            path = Path(dirpath, filename)
+            if path.is_symlink() or not path.is_file() or filename.endswith((".pyc", ".pyo")):
+                continue
+            count += 1
+            size = path.stat().st_size
+            total += size
+            if count > LOCAL_MAX_FILES or total > LOCAL_MAX_BYTES:
+                raise ValueError(f"the package folder is larger than {LOCAL_MAX_FILES:,} files or {LOCAL_MAX_BYTES:,} bytes")
+            rel = path.relative_to(root).as_posix()
+            h.update(rel.encode() + b"\0" + str(size).encode() + b"\0")
+            with open(path, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 16), b""):
+                    h.update(chunk)
+    listing = sorted(
+        ({"path": p.name, "size": p.stat().st_size if p.is_file() else None} for p in root.iterdir()
+         if not p.is_symlink() and p.name not in LOCAL_SKIP_DIRS),
+        key=lambda item: item["path"],
+    )
+    return h.hexdigest(), listing
+
+
+def _read_local_file(path: Path, cap: int) -> bytes | None:
+    if not path.is_file() or path.is_symlink():
+        return None
+    with open(path, "rb") as fh:
+        return fh.read(cap + 1)  # one byte over the cap is enough for decode_text to report it
+
+
+def local_package_index(*, owner: str, folder: Path) -> str:
+    """Index one local package folder; its revision is the digest of its content."""
+    name = folder.name
+    env = Environment.objects.filter(key=environment_key(owner, name)).select_related("head").first()
+    if env and env.source != Environment.Source.LOCAL:
+        index_problem_record(environment=env, sha="", problem=mf.Problem(
+            "index.name_conflict", f"The local package {folder} has the same id as this Hub Space; it was not indexed."))
+        return ERROR
+    try:
+        digest, listing = local_package_digest(folder)
+    except (OSError, ValueError) as exc:
+        env = env or environment_get_or_create(source=Environment.Source.LOCAL, owner=owner, name=name)[0]
+        index_problem_record(environment=env, sha="", problem=mf.Problem("local.unreadable", f"Could not read {folder}: {exc}."))
+        return ERROR
+    if env and env.head and env.head.sha == digest and env.status == Environment.Status.ACTIVE:
+        Environment.objects.filter(pk=env.pk).update(last_seen_at=timezone.now())
+        return UNCHANGED
+    is_new = env is None or env.head_id is None
+    contents = {path: _read_local_file(folder / path, mf.FILE_CAPS[path]) for path in mf.PACKAGE_FILES}
+    facts = mf.read_package(contents)
+    if env is None:
+        env, _ = environment_get_or_create(source=Environment.Source.LOCAL, owner=owner, name=name)
+    if env.local_path != str(folder):
+        Environment.objects.filter(pk=env.pk).update(local_path=str(folder))
+    revision_record(environment=env, sha=digest, facts=facts, files=listing)
+    return NEW if is_new else UPDATED
+
+
+def local_sync() -> SyncSummary:
+    """Index every package folder (a subfolder with an openenv.yaml) of every local source; withdraw removed ones."""
+    run = SyncRun.objects.create(kind=SyncRun.Kind.LOCAL, target=":".join(str(p) for _, p in _local_sources()))
+    counts: Counter = Counter()
+    messages: list[str] = []
+    seen: set[str] = set()
+    unreadable: set[Path] = set()
+    for owner, root in _local_sources():
+        if not root.is_dir():
+            messages.append(f"Local source {root} is not a folder; its environments are kept as they were.")
+            unreadable.add(root.resolve())
+            continue
+        for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+            if not (folder / mf.MANIFEST_FILE).is_file():
+                continue
+            counts["found"] += 1
+            seen.add(environment_key(owner, folder.name))
+            env = Environment.objects.filter(key=environment_key(owner, folder.name)).first()
+            counts[_guarded(lambda o=owner, f=folder: local_package_index(owner=o, folder=f), str(folder), env)] += 1
+    for env in Environment.objects.filter(source=Environment.Source.LOCAL, status=Environment.Status.ACTIVE):
+        # A source that is briefly unreadable (an unmounted volume) must not withdraw everything in it.
+        if env.key not in seen and Path(env.local_path).parent.resolve() not in unreadable:
+            environment_withdraw(environment=env, reason="Removed from its local source.")
+            counts[WITHDRAWN] += 1
+    return _sync_run_finish(run, counts, messages=messages)
