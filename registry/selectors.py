@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Prefetch, Q, QuerySet
 
-from registry.models import Environment, IndexProblem, Revision, environment_key
+from registry.models import Environment, IndexProblem, Revision, SyncRun, environment_key
 
 # Hub tags that say where a Space runs, not what it is.
 _NOISE_TAG_PREFIXES = ("region:",)
@@ -49,3 +49,8 @@ def environment_tags(environment: Environment) -> list[str]:
     head = environment.head
     tags = head.tags if head else []
     return [t for t in tags if not t.startswith(_NOISE_TAG_PREFIXES)]
+
+
+def sync_run_latest(*, kind: str) -> SyncRun | None:
+    """The most recent finished sync of a kind, for the catalog's status line."""
+    return SyncRun.objects.filter(kind=kind, state=SyncRun.State.FINISHED).order_by("-finished_at", "-id").first()

@@ -27,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 NEW, UPDATED, UNCHANGED, WITHDRAWN, ERROR, SKIPPED = "new", "updated", "unchanged", "withdrawn", "errors", "skipped"
 
+# How many file paths a revision keeps (enough for any real package; a hostile repo can have millions).
+MAX_LISTED_FILES = 2_000
+
 # Local packages: what a content digest walks over, and how far.
 LOCAL_SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 LOCAL_MAX_FILES = 5_000
@@ -169,8 +172,12 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
 
 
 def _read_space_files(client: HubClient, space: SpaceFacts) -> tuple[dict[str, bytes | None], list[mf.Problem], SpaceFacts]:
-    """Read the indexed files of a Space at its sha. Sizes come from space_info so big files are never fetched."""
-    if not space.files_known or any(space.files.get(p, 0) is None for p in mf.PACKAGE_FILES if p in space.files):
+    """Read the indexed files of a Space at its sha.
+
+    The listing already named the files, so reading costs one request per file
+    present; each read stops at its size cap, so a huge file costs no more than that.
+    """
+    if not space.files_known:
         space = client.space(space.repo_id, revision=space.sha)
     contents: dict[str, bytes | None] = {}
     problems: list[mf.Problem] = []
@@ -199,9 +206,8 @@ def space_index(*, client: HubClient, space: SpaceFacts, environment: Environmen
         environment = Environment.objects.filter(key=space.repo_id.lower()).select_related("head").first()
     if environment and environment.source != Environment.Source.HUGGINGFACE:
         return _conflict(environment, space)
-    if (environment and environment.head and environment.head.sha == space.sha
-            and environment.status == Environment.Status.ACTIVE):
-        _live_facts_refresh(environment, space)
+    if _is_current(environment, space):
+        _live_facts_refresh([(environment, space)])
         return UNCHANGED
     is_new = environment is None or environment.head_id is None
     if environment is not None:
@@ -234,11 +240,12 @@ def space_index(*, client: HubClient, space: SpaceFacts, environment: Environmen
             environment_withdraw(environment=environment, reason="No longer an environment: no openenv.yaml and no openenv tag.")
             return WITHDRAWN
         return SKIPPED
-    if environment is None:
-        environment, _ = environment_get_or_create(
-            source=Environment.Source.HUGGINGFACE, owner=space.owner, name=space.name)
-    files = [{"path": p, "size": s} for p, s in sorted(space.files.items()) if "/" not in p]
-    revision_record(environment=environment, sha=space.sha, facts=facts, files=files, space=space)
+    files = [{"path": p, "size": s} for p, s in sorted(space.files.items())[:MAX_LISTED_FILES]]
+    with transaction.atomic():  # one commit for a new environment and its first revision
+        if environment is None:
+            environment, _ = environment_get_or_create(
+                source=Environment.Source.HUGGINGFACE, owner=space.owner, name=space.name)
+        revision_record(environment=environment, sha=space.sha, facts=facts, files=files, space=space)
     return NEW if is_new else UPDATED
 
 
@@ -261,12 +268,29 @@ def _conflict(environment: Environment, space: SpaceFacts) -> str:
     return ERROR
 
 
-def _live_facts_refresh(environment: Environment, space: SpaceFacts) -> None:
-    """Likes and runtime stage change without a commit: keep them current without touching the revision."""
+def _is_current(environment: Environment | None, space: SpaceFacts) -> bool:
+    """The environment is active and its head is the sha the Hub reports: nothing to read."""
+    return bool(environment and environment.head and environment.head.sha == space.sha
+                and environment.status == Environment.Status.ACTIVE
+                and environment.source == Environment.Source.HUGGINGFACE)
+
+
+def _live_facts_refresh(items: list[tuple[Environment, SpaceFacts]]) -> None:
+    """Likes and runtime stage change without a commit: keep them current without touching revisions.
+
+    One transaction for the whole batch, and only rows whose facts changed are rewritten.
+    """
     now = timezone.now()
-    Environment.objects.filter(pk=environment.pk).update(
-        likes=space.likes, runtime_stage=space.runtime_stage, hub_last_modified=space.last_modified, last_seen_at=now,
-    )
+    changed = []
+    for env, space in items:
+        if (env.likes, env.runtime_stage, env.hub_last_modified) != (space.likes, space.runtime_stage, space.last_modified):
+            env.likes, env.runtime_stage, env.hub_last_modified = space.likes, space.runtime_stage, space.last_modified
+            changed.append(env)
+    with transaction.atomic():
+        Environment.objects.bulk_update(changed, ["likes", "runtime_stage", "hub_last_modified"], batch_size=500)
+        ids = [env.pk for env, _ in items]
+        for start in range(0, len(ids), 1000):
+            Environment.objects.filter(pk__in=ids[start:start + 1000]).update(last_seen_at=now)
 
 
 def _withdraw_if_gone(client: HubClient, environment: Environment) -> str:
@@ -317,9 +341,16 @@ def hub_sync(*, client: HubClient | None = None) -> SyncSummary:
         env.key: env
         for env in Environment.objects.filter(source=Environment.Source.HUGGINGFACE).select_related("head")
     }
+    unchanged: list[tuple[Environment, SpaceFacts]] = []
     for key, space in listing.spaces.items():
         counts["found"] += 1
-        counts[_index_guarded(client, space, known.get(key))] += 1
+        env = known.get(key)
+        if _is_current(env, space):
+            unchanged.append((env, space))
+        else:
+            counts[_index_guarded(client, space, env)] += 1
+    _live_facts_refresh(unchanged)
+    counts[UNCHANGED] += len(unchanged)
     if listing.complete:
         for key, env in known.items():
             if key not in listing.spaces and env.status == Environment.Status.ACTIVE:
@@ -396,35 +427,31 @@ def _local_sources() -> list[tuple[str, Path]]:
 
 
 def local_package_digest(root: Path) -> tuple[str, list[dict]]:
-    """sha256 over every file of a package folder (paths and bytes), and the root listing.
+    """sha256 over every file of a package folder (paths and bytes), and the list of its files.
 
     Symlinks are not followed, caches and virtualenvs are skipped, and the walk
     is capped in files and bytes so a hostile folder cannot stall the indexer.
     """
     h = hashlib.sha256()
-    count = total = 0
+    listing: list[dict] = []
+    total = 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in LOCAL_SKIP_DIRS and not d.endswith(".egg-info"))
         for filename in sorted(filenames):
             path = Path(dirpath, filename)
             if path.is_symlink() or not path.is_file() or filename.endswith((".pyc", ".pyo")):
                 continue
-            count += 1
             size = path.stat().st_size
             total += size
-            if count > LOCAL_MAX_FILES or total > LOCAL_MAX_BYTES:
+            if len(listing) >= LOCAL_MAX_FILES or total > LOCAL_MAX_BYTES:
                 raise ValueError(f"the package folder is larger than {LOCAL_MAX_FILES:,} files or {LOCAL_MAX_BYTES:,} bytes")
             rel = path.relative_to(root).as_posix()
+            listing.append({"path": rel, "size": size})
             h.update(rel.encode() + b"\0" + str(size).encode() + b"\0")
             with open(path, "rb") as fh:
                 for chunk in iter(lambda: fh.read(1 << 16), b""):
                     h.update(chunk)
-    listing = sorted(
-        ({"path": p.name, "size": p.stat().st_size if p.is_file() else None} for p in root.iterdir()
-         if not p.is_symlink() and p.name not in LOCAL_SKIP_DIRS),
-        key=lambda item: item["path"],
-    )
-    return h.hexdigest(), listing
+    return h.hexdigest(), sorted(listing, key=lambda item: item["path"])[:MAX_LISTED_FILES]
 
 
 def _read_local_file(path: Path, cap: int) -> bytes | None:

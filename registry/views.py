@@ -11,7 +11,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
 
 from registry import selectors
-from registry.models import Environment
+from registry.models import Environment, SyncRun
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,8 @@ def home(request: HttpRequest) -> HttpResponse:
     page = Paginator(selectors.environment_list(search=query), 50).get_page(request.GET.get("page"))
     for env in page.object_list:
         env.display_tags = selectors.environment_tags(env)
-    return render(request, "registry/home.html", {"page": page, "query": query})
+    hub_sync = selectors.sync_run_latest(kind=SyncRun.Kind.HUB)
+    return render(request, "registry/home.html", {"page": page, "query": query, "hub_sync": hub_sync})
 
 
 def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:

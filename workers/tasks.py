@@ -15,9 +15,9 @@ logger = logging.getLogger(__name__)
 @shared_task(name="registry.sync_hub", acks_late=True, reject_on_worker_lost=True, ignore_result=True,
              soft_time_limit=3 * 3600, time_limit=3 * 3600 + 300)
 def sync_hub() -> str:
-    """Full reconcile: the Hub listing, then the local sources. Returns the summary line."""
-    hub = services.hub_sync()
+    """Full reconcile: the local sources (fast, offline), then the Hub listing. Returns the summary line."""
     local = services.local_sync()
+    hub = services.hub_sync()
     summary = f"hub: {hub}; local: {local}"
     logger.info("sync_hub: %s", summary)
     return summary

@@ -48,7 +48,8 @@ def test_first_sync_indexes_every_corpus_environment(corpus_stub):
         assert e.head.host == f"https://{e.head.subdomain}.hf.space"
         assert e.head.sdk == "docker"
         assert e.head.runtime_stage == "RUNNING"
-        assert {f["path"] for f in e.head.files} >= {"openenv.yaml", "README.md", "pyproject.toml"}
+        assert {f["path"] for f in e.head.files} == {
+            p.relative_to(CORPUS / name).as_posix() for p in (CORPUS / name).rglob("*") if p.is_file()}
         assert e.problems.count() == 0
 
     # Names disagree by design; each is kept as the tool spells it.
@@ -67,8 +68,9 @@ def test_first_sync_indexes_every_corpus_environment(corpus_stub):
     tagged = sum(1 for name in CORPUS_NAMES if "openenv" in env(f"openenv/{name}").head.tags)
     assert tagged == 33
     assert corpus_stub.count("list") == pages(tagged, 10) + pages(0, 10) + pages(34, 10)
-    # Reads: one space_info per new Space (for sizes) and the three files, pinned to the sha.
-    assert corpus_stub.count("info") == 34
+    # Reads: the listing named the files, so only the three metadata files are fetched, pinned to the sha.
+    assert corpus_stub.count("info") == 0
+    assert corpus_stub.count("resolve") == 34 * 3
     resolves = [r for r in corpus_stub.requests if r.kind == "resolve"]
     assert resolves and all(f"/resolve/{corpus_stub.head(r.repo_id)}/" in r.path for r in resolves)
 
@@ -232,10 +234,10 @@ def test_hostile_spaces_are_indexed_with_clear_errors_and_stop_nothing(corpus_st
         problems = list(e.problems.filter(resolved_at__isnull=True))
         assert code in [p.code for p in problems], (repo_id, [p.code for p in problems])
         assert all(p.revision_id == e.head_id and p.sha == e.head.sha and len(p.message) > 20 for p in problems)
-    # Files over the cap are never downloaded: their size came from space_info.
-    assert corpus_stub.count("resolve", repo_id="evil/huge_manifest") == 0
-    assert [r.path for r in corpus_stub.requests if r.repo_id == "evil/huge_readme" and r.kind == "resolve"] == [
-        f"/spaces/evil/huge_readme/resolve/{corpus_stub.head('evil/huge_readme')}/openenv.yaml"]
+    # Files over the cap are cut off, not stored.
+    assert env("evil/huge_manifest").head.manifest_raw == ""
+    assert env("evil/huge_readme").head.readme_raw == ""
+    assert "at most 1,048,576 bytes" in env("evil/huge_readme").problems.get(code="readme.too_large").message
     assert env("evil/huge_manifest").head.manifest is None
     assert env("evil/alias_bomb").head.manifest is None
     # The README is kept verbatim for people to read, whatever it says.

@@ -22,9 +22,6 @@ class Command(BaseCommand):
         parser.add_argument("--no-sync", action="store_true", help="Do not queue a first sync.")
 
     def handle(self, *args, host: str, port: str, no_sync: bool = False, **options):
-        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
-        for folder in ("queue", "processed"):
-            (settings.BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
         call_command("migrate", interactive=False, verbosity=0)
         python = sys.executable
         celery = [python, "-m", "celery", "-A", "hub"]

@@ -1,0 +1,180 @@
+"""The discovery API and the web pages, over Django's test client on the real database."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from registry import services
+from registry.models import Environment
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def client():
+    return Client(HTTP_HOST="localhost")
+
+
+@pytest.fixture
+def indexed(corpus_stub):
+    corpus_stub.put_space("evil/broken", {"openenv.yaml": b"name: [oops\n",
+                                          "README.md": b"---\ntags: [openenv]\n---\n<script>alert('x')</script> Hi.\n"},
+                          tags=["openenv", "region:us"])
+    services.hub_sync()
+    corpus_stub.delete_space("openenv/atari_env")
+    services.hub_sync()
+    return corpus_stub
+
+
+def test_list_shape_and_pagination(client, indexed):
+    body = client.get("/api/v1/environments/?page_size=10").json()
+    assert set(body) == {"count", "next", "previous", "results"}
+    assert body["count"] == 34  # 35 indexed, one withdrawn
+    assert body["previous"] is None and "page=2" in body["next"]
+    item = body["results"][0]
+    for key in ("id", "owner", "name", "source", "status", "head_sha", "manifest_name", "description", "tags",
+                "updated_at", "index_errors"):
+        assert key in item
+    ids = []
+    url = "/api/v1/environments/?page_size=10"
+    while url:
+        page = client.get(url).json()
+        ids += [r["id"] for r in page["results"]]
+        url = page["next"]
+    assert len(ids) == len(set(ids)) == 34
+
+
+def test_list_item_values(client, indexed):
+    results = {r["id"]: r for r in client.get("/api/v1/environments/?page_size=100").json()["results"]}
+    echo = results["openenv/echo_env"]
+    assert echo["owner"] == "openenv" and echo["name"] == "echo_env" and echo["source"] == "huggingface"
+    assert echo["status"] == "active" and len(echo["head_sha"]) == 40
+    assert echo["manifest_name"] == "echo_env" and echo["description"].startswith("A simple test environment")
+    assert "openenv" in echo["tags"] and not any(t.startswith("region:") for t in echo["tags"])
+    assert echo["index_errors"] == []
+    broken = results["evil/broken"]
+    assert [e["code"] for e in broken["index_errors"]] == ["manifest.yaml_invalid"]
+    assert "not valid YAML" in broken["index_errors"][0]["message"]
+
+
+def test_status_source_and_search_filters(client, indexed):
+    withdrawn = client.get("/api/v1/environments/?status=withdrawn").json()
+    assert [r["id"] for r in withdrawn["results"]] == ["openenv/atari_env"]
+    assert withdrawn["results"][0]["status_reason"].startswith("Gone from the Hub")
+    assert client.get("/api/v1/environments/?status=all").json()["count"] == 35
+    assert client.get("/api/v1/environments/?source=local").json()["count"] == 0
+    found = client.get("/api/v1/environments/?q=browsergym").json()
+    assert [r["id"] for r in found["results"]] == ["openenv/browsergym_env"]
+    bad = client.get("/api/v1/environments/?status=bogus")
+    assert bad.status_code == 400
+    assert bad.json()["error"]["code"] == "invalid" and "status" in bad.json()["error"]["detail"]
+
+
+def test_detail_with_revisions_and_canonical_redirect(client, indexed):
+    body = client.get("/api/v1/environments/openenv/echo_env/").json()
+    assert body["id"] == "openenv/echo_env"
+    assert body["manifest"]["name"] == "echo_env"
+    assert [r["sha"] for r in body["revisions"]] == [body["head_sha"]]
+    assert {"sha", "indexed_at"} <= set(body["revisions"][0])
+    redirect = client.get("/api/v1/environments/OpenEnv/Echo_Env/")
+    assert redirect.status_code == 301 and redirect["Location"] == "/api/v1/environments/openenv/echo_env/"
+    withdrawn = client.get("/api/v1/environments/openenv/atari_env/").json()
+    assert withdrawn["status"] == "withdrawn" and withdrawn["status_changed_at"]
+
+
+def test_unknown_environment_gives_the_error_shape(client, db):
+    response = client.get("/api/v1/environments/nobody/nothing/")
+    assert response.status_code == 404
+    assert response.json() == {"error": {"code": "not_found", "message": "No environment nobody/nothing in the index."}}
+
+
+def test_api_is_read_only_for_anonymous_users(client, indexed):
+    assert client.post("/api/v1/environments/", {}).status_code in (403, 405)
+
+
+def test_home_lists_environments_and_their_errors_escaped(client, indexed):
+    page = client.get("/").content.decode()
+    assert "openenv/</span>echo_env" in page
+    assert "A simple test environment that echoes back messages." in page
+    assert "manifest.yaml_invalid" in page and "not valid YAML" in page
+    assert "atari_env" not in page  # withdrawn
+    assert "<script>alert" not in page
+    search = client.get("/?q=browsergym").content.decode()
+    assert "browsergym_env" in search and "echo_env" not in search
+
+
+def test_home_shows_an_incomplete_hub_sync(client, corpus_stub):
+    corpus_stub.inject("list", status=500, times=None)
+    services.hub_sync()
+    page = client.get("/").content.decode()
+    assert "The last Hub sync was incomplete" in page and "HTTP 500" in page
+    corpus_stub.clear_injections()
+    services.hub_sync()
+    assert "The last Hub sync was incomplete" not in client.get("/").content.decode()
+
+
+def test_environment_page(client, indexed):
+    page = client.get("/environments/evil/broken/").content.decode()
+    assert "manifest.yaml_invalid" in page and "<script>" not in page
+    assert "name: [oops" in page
+    gone = client.get("/environments/openenv/atari_env/").content.decode()
+    assert "Withdrawn" in gone and "Gone from the Hub" in gone
+    assert client.get("/environments/OPENENV/echo_env/").status_code == 301
+    assert client.get("/environments/x/y/").status_code == 404
+
+
+def test_healthz_and_readyz(client, db):
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
+
+
+def test_readyz_reports_a_dead_broker(client, db, settings):
+    from hub.celery import app
+
+    original = app.conf.broker_url
+    app.conf.broker_url = "redis://127.0.0.1:1/0"
+    try:
+        response = client.get("/readyz")
+    finally:
+        app.conf.broker_url = original
+    assert response.status_code == 503
+    assert response.json()["checks"]["broker"].startswith("error")
+    assert response.json()["checks"]["database"] == "ok"
+
+
+def test_local_sources_are_indexed_and_withdrawn(settings, tmp_path, db):
+    root = tmp_path / "envs"
+    (root / "alpha").mkdir(parents=True)
+    (root / "alpha" / "openenv.yaml").write_text("name: alpha\ndescription: First\n")
+    (root / "beta").mkdir()
+    (root / "beta" / "openenv.yaml").write_text("name: [broken\n")
+    (root / "not_an_env").mkdir()
+    settings.HUB_LOCAL_SOURCES = [f"acme={root}"]
+    run = services.local_sync().run
+    assert (run.found, run.new, run.errors) == (2, 2, 0)
+    alpha = Environment.objects.get(key="acme/alpha")
+    assert alpha.source == "local" and alpha.head.description == "First" and len(alpha.head.sha) == 64
+    assert alpha.local_path == str(root / "alpha")
+    assert Environment.objects.get(key="acme/beta").problems.get().code == "manifest.yaml_invalid"
+
+    assert services.local_sync().run.unchanged == 2
+    (root / "alpha" / "server.py").write_text("print('changed')\n")  # any file change is a new revision
+    assert services.local_sync().run.updated == 1
+    assert alpha.revisions.count() == 2
+
+    (root / "beta" / "openenv.yaml").unlink()
+    run = services.local_sync().run
+    assert run.withdrawn == 1
+    assert Environment.objects.get(key="acme/beta").status == "withdrawn"
+
+    # A source that is briefly missing (an unmounted volume) withdraws nothing...
+    root.rename(tmp_path / "unmounted")
+    run = services.local_sync().run
+    assert run.withdrawn == 0 and "is not a folder" in run.messages[0]
+    assert Environment.objects.get(key="acme/alpha").status == "active"
+    # ...but a source taken out of the configuration does.
+    settings.HUB_LOCAL_SOURCES = []
+    assert services.local_sync().run.withdrawn == 1
