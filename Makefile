@@ -9,7 +9,7 @@ ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test check bench bench-index migrate clean
+.PHONY: help install run test check bench bench-index bench-validate migrate clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -29,7 +29,7 @@ run: install ## Run the hub on embedded defaults: web + worker + beat + first sy
 	$(PY) manage.py runhub --host $(HOST) --port $(PORT)
 
 test: install ## Run the test suite (PostgreSQL/Redis when DATABASE_URL/REDIS_URL are set)
-	$(PY) -m pytest $(ARGS)
+	HUB_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(ARGS)
 
 check: install ## Django system checks and migrations in sync with models
 	$(PY) manage.py check
@@ -38,7 +38,10 @@ check: install ## Django system checks and migrations in sync with models
 bench-index: install ## Benchmark indexing N synthetic Spaces from the Hub stand-in (N="1000 10000")
 	$(PY) -m bench.bench_index $(N)
 
-bench: bench-index ## Run every benchmark
+bench-validate: install ## Time a full validation beside `openenv validate <url>` on one server (RUNS=5)
+	$(PY) -m bench.bench_validate $(RUNS)
+
+bench: bench-index bench-validate ## Run every benchmark
 
 clean: ## Remove .venv and var/
 	rm -rf $(VENV) var

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -221,6 +222,7 @@ REST_FRAMEWORK = {
 }
 
 # --- Celery -----------------------------------------------------------------
+CELERY_VISIBILITY_TIMEOUT_S = env_int("CELERY_VISIBILITY_TIMEOUT_S", 4 * 3600)
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or REDIS_URL or "filesystem://localhost/"
 if CELERY_BROKER_URL.startswith("filesystem://"):
@@ -236,7 +238,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
     }
 else:
     # Longer than any task's hard time limit, so an unacked message is never redelivered while its task still runs.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 4 * 3600)}
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_VISIBILITY_TIMEOUT_S}
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ACKS_LATE = True
@@ -272,6 +274,43 @@ LOGGING = {
     "loggers": {"httpx": {"level": "WARNING"}, "httpx2": {"level": "WARNING"}},
 }
 
+# --- Validation ----------------------------------------------------------------
+# Runner for Hub Spaces: "space" probes the running Space; "local" installs it in the sandbox here.
+HUB_VALIDATION_RUNNER = env_str("HUB_VALIDATION_RUNNER", "space")
+if HUB_VALIDATION_RUNNER not in ("space", "local"):
+    raise ImproperlyConfigured(f"HUB_VALIDATION_RUNNER must be 'space' or 'local', not {HUB_VALIDATION_RUNNER!r}")
+HUB_VALIDATE_NEW_REVISIONS = env_bool("HUB_VALIDATE_NEW_REVISIONS", True)
+# Only these hosts are ever contacted by the space runner (fnmatch patterns); nothing an environment says is fetched.
+HUB_PROBE_ALLOWED_HOSTS = env_list("HUB_PROBE_ALLOWED_HOSTS", ["*.hf.space"])
+HUB_PROBE_CHECK_TIMEOUT_S = env_float("HUB_PROBE_CHECK_TIMEOUT_S", 15.0)
+HUB_PROBE_DEADLINE_S = env_float("HUB_PROBE_DEADLINE_S", 180.0)
+HUB_PROBE_MAX_BODY_BYTES = env_int("HUB_PROBE_MAX_BODY_BYTES", 1024 * 1024)
+# hub.time_to_first_work warns past this (start to first reset observation).
+HUB_PROBE_FIRST_WORK_BUDGET_S = env_float("HUB_PROBE_FIRST_WORK_BUDGET_S", 60.0)
+HUB_VALIDATION_SOFT_LIMIT_S = env_int("HUB_VALIDATION_SOFT_LIMIT_S", 1200)
+HUB_VALIDATION_HARD_LIMIT_S = HUB_VALIDATION_SOFT_LIMIT_S + 60
+HUB_VALIDATION_HEARTBEAT_S = env_float("HUB_VALIDATION_HEARTBEAT_S", 10.0)
+HUB_VALIDATION_STALE_S = env_float("HUB_VALIDATION_STALE_S", 120.0)
+HUB_VALIDATION_MAX_ATTEMPTS = env_int("HUB_VALIDATION_MAX_ATTEMPTS", 3)
+HUB_VALIDATION_REPROBE_S = env_int("HUB_VALIDATION_REPROBE_S", 24 * 3600)
+HUB_SANDBOX_DIR = Path(env_str("HUB_SANDBOX_DIR", str(VAR_DIR / "sandbox")))
+# The interpreter sandbox venvs are built from. It must be executable by the sandbox user (nobody) for the
+# privilege drop to apply: Debian's /usr/bin/python3 is; a pyenv build under a 0700 /root is not.
+HUB_SANDBOX_PYTHON = env_str(
+    "HUB_SANDBOX_PYTHON", "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable)
+# Wheels only: installing then runs no code of the package or its dependencies.
+HUB_SANDBOX_BINARY_ONLY = env_bool("HUB_SANDBOX_BINARY_ONLY", True)
+# Isolation layers whose absence fails a run instead of being reported (e.g. "net,pid,user" in production).
+HUB_SANDBOX_REQUIRE = env_list("HUB_SANDBOX_REQUIRE", [])
+HUB_SANDBOX_MEMORY_MB = env_int("HUB_SANDBOX_MEMORY_MB", 2048)
+HUB_SANDBOX_CPU_S = env_int("HUB_SANDBOX_CPU_S", 300)
+HUB_SANDBOX_STARTUP_S = env_float("HUB_SANDBOX_STARTUP_S", 120.0)
+if CELERY_VISIBILITY_TIMEOUT_S <= HUB_VALIDATION_HARD_LIMIT_S:
+    raise ImproperlyConfigured("CELERY_VISIBILITY_TIMEOUT_S must be longer than the validation hard time limit")
+
+CELERY_TASK_ROUTES = {"registry.validate_run": {"queue": "validation"}}
 CELERY_BEAT_SCHEDULE = {
     "sync-hub": {"task": "registry.sync_hub", "schedule": float(HUB_SYNC_INTERVAL_S)},
+    "validation-reap": {"task": "registry.validation_reap", "schedule": 60.0},
+    "validation-reprobe": {"task": "registry.validation_reprobe", "schedule": 3600.0},
 }

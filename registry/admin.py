@@ -1,8 +1,9 @@
 """Operators' view of the index. Revisions and problems are read-only: the indexer owns them."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 
-from registry.models import Environment, IndexProblem, Revision, SyncRun
+from registry.models import Environment, IndexProblem, Revision, SyncRun, ValidationRun
+from registry.services import validation
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -35,6 +36,16 @@ class EnvironmentAdmin(admin.ModelAdmin):
     search_fields = ["key"]
     readonly_fields = [f.name for f in Environment._meta.fields if f.name not in ("status", "status_reason")]
     inlines = [RevisionInline]
+    actions = ["validate_head"]
+
+    @admin.action(description="Validate the head revision now (may wake a sleeping Space)")
+    def validate_head(self, request, queryset):
+        queued = 0
+        for env in queryset.select_related("head"):
+            if env.head is not None:
+                queued += validation.validation_run_request(
+                    revision=env.head, trigger=ValidationRun.Trigger.REQUEST, wake=True, requested_by=request.user)[1]
+        self.message_user(request, f"{queued} validation(s) queued.", messages.SUCCESS)
 
     def has_add_permission(self, request):
         return False
@@ -62,3 +73,22 @@ class IndexProblemAdmin(ReadOnlyAdmin):
 class SyncRunAdmin(ReadOnlyAdmin):
     list_display = ["started_at", "kind", "target", "state", "found", "new", "updated", "unchanged", "withdrawn", "errors"]
     list_filter = ["kind", "state"]
+
+
+@admin.register(ValidationRun)
+class ValidationRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "environment", "revision", "runner", "trigger", "state", "outcome", "attempts",
+                    "queued_at", "finished_at"]
+    list_filter = ["state", "outcome", "runner", "trigger"]
+    search_fields = ["environment__key", "revision__sha"]
+    list_select_related = ["environment", "revision"]
+    actions = ["cancel"]
+
+    @admin.action(description="Cancel (a running task stops at its next heartbeat)")
+    def cancel(self, request, queryset):
+        cancelled = sum(validation.validation_run_cancel(run_id=pk, reason=f"Cancelled by {request.user}.")
+                        for pk in queryset.values_list("pk", flat=True))
+        self.message_user(request, f"{cancelled} run(s) cancelled.", messages.SUCCESS)
+
+    def has_change_permission(self, request, obj=None):
+        return False

@@ -194,3 +194,90 @@ class SyncRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} sync {self.started_at:%Y-%m-%d %H:%M}"
+
+
+class ValidationRun(models.Model):
+    """One conformance validation of one revision, modelled on readthedocs' builds.
+
+    `state` says where the run is (queued → running → finished | cancelled);
+    `outcome` says how a finished run ended (pass | warn | fail | error).
+    Invariants: the row exists before its task is sent and the task gets only
+    its primary key; state moves by compare-and-set, so a redelivered message
+    for a running or finished run does nothing; at most one live (queued or
+    running) run per revision and validator version.
+    """
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        FINISHED = "finished", "Finished"
+        CANCELLED = "cancelled", "Cancelled"
+
+    class Outcome(models.TextChoices):
+        PASS = "pass", "Pass"
+        WARN = "warn", "Warn"
+        FAIL = "fail", "Fail"
+        ERROR = "error", "Error"
+
+    class Runner(models.TextChoices):
+        SPACE = "space", "Running Space"
+        LOCAL = "local", "Local sandbox"
+
+    class Trigger(models.TextChoices):
+        NEW_REVISION = "new_revision", "New revision"
+        SCHEDULE = "schedule", "Scheduled re-probe"
+        REQUEST = "request", "Requested"
+
+    LIVE_STATES = (State.QUEUED, State.RUNNING)
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="validation_runs")
+    revision = models.ForeignKey(Revision, on_delete=models.PROTECT, related_name="validation_runs")
+    validator_version = models.CharField(max_length=64)
+    policy_version = models.CharField(max_length=64)
+    runner = models.CharField(max_length=16, choices=Runner.choices)
+    trigger = models.CharField(max_length=16, choices=Trigger.choices)
+    wake = models.BooleanField(default=False, help_text="May wake a sleeping Space (explicit requests only).")
+    requested_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="validation_runs")
+    target_url = models.CharField(max_length=500, blank=True)
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, null=True, blank=True)
+    reason = models.TextField(blank=True, help_text="Why it was cancelled or errored, for people.")
+    attempts = models.PositiveSmallIntegerField(default=0, help_text="How many times a worker started it.")
+    worker = models.CharField(max_length=200, blank=True)
+
+    queued_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    report = models.JSONField(null=True, blank=True, help_text="The full report, in OpenEnv's report schema.")
+    failing_checks = models.JSONField(default=list, help_text="check ids that failed or errored (from the report).")
+
+    class Meta:
+        ordering = ["-queued_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["revision", "validator_version"], condition=Q(state__in=["queued", "running"]),
+                name="validationrun_one_live_per_revision",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["queued", "running", "finished", "cancelled"]), name="validationrun_state_valid"),
+            models.CheckConstraint(
+                condition=(Q(state="finished", outcome__isnull=False, finished_at__isnull=False)
+                           | (~Q(state="finished") & Q(outcome__isnull=True))),
+                name="validationrun_outcome_iff_finished",
+            ),
+            models.CheckConstraint(
+                condition=Q(state="queued") | Q(started_at__isnull=False) | Q(state="cancelled"),
+                name="validationrun_started_when_running",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["environment", "-finished_at"], name="validationrun_env_finished"),
+            models.Index(fields=["state", "heartbeat_at"], name="validationrun_state_heartbeat"),
+        ]
+
+    def __str__(self) -> str:
+        return f"validation #{self.pk} of {self.revision} ({self.state}{'/' + self.outcome if self.outcome else ''})"

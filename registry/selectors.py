@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Case, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Value, When
 
-from registry.models import Environment, IndexProblem, Revision, SyncRun, environment_key
+from registry.models import Environment, IndexProblem, Revision, SyncRun, ValidationRun, environment_key
 
 # Hub tags that say where a Space runs, not what it is.
 _NOISE_TAG_PREFIXES = ("region:",)
@@ -54,3 +54,48 @@ def environment_tags(environment: Environment) -> list[str]:
 def sync_run_latest(*, kind: str) -> SyncRun | None:
     """The most recent finished sync of a kind, for the catalog's status line."""
     return SyncRun.objects.filter(kind=kind, state=SyncRun.State.FINISHED).order_by("-finished_at", "-id").first()
+
+
+def _latest_finished(environment_ref) -> QuerySet[ValidationRun]:
+    """Finished runs of an environment, the head revision's first, newest first."""
+    return (
+        ValidationRun.objects.filter(environment=environment_ref, state=ValidationRun.State.FINISHED)
+        .annotate(on_head=Case(When(revision_id=F("environment__head_id"), then=Value(0)), default=Value(1)))
+        .order_by("on_head", "-finished_at", "-id")
+    )
+
+
+def environment_verdict(*, environment: Environment) -> ValidationRun | None:
+    """The run whose outcome is the environment's verdict: the head revision's latest, else the latest of any revision."""
+    return _latest_finished(environment).select_related("revision").first()
+
+
+def environments_with_verdicts(environments) -> list[Environment]:
+    """Attach `.verdict` (a ValidationRun or None) to each environment, in two queries whatever the count."""
+    environments = list(environments)
+    ids = [env.pk for env in environments]
+    latest = (
+        Environment.objects.filter(pk__in=ids)
+        .annotate(run_id=Subquery(_latest_finished(OuterRef("pk")).values("id")[:1]))
+        .values_list("pk", "run_id")
+    )
+    run_ids = {pk: run_id for pk, run_id in latest if run_id}
+    runs = ValidationRun.objects.defer("report").select_related("revision").in_bulk(run_ids.values())
+    for env in environments:
+        env.verdict = runs.get(run_ids.get(env.pk))
+    return environments
+
+
+def validation_run_live(*, environment: Environment) -> ValidationRun | None:
+    """The queued or running validation of the environment's head, if any."""
+    return ValidationRun.objects.filter(
+        environment=environment, revision_id=environment.head_id, state__in=ValidationRun.LIVE_STATES,
+    ).first()
+
+
+def validation_run_list(*, environment: Environment) -> QuerySet[ValidationRun]:
+    return ValidationRun.objects.filter(environment=environment).select_related("revision").defer("report")
+
+
+def validation_run_get(*, environment: Environment, run_id: int) -> ValidationRun | None:
+    return ValidationRun.objects.filter(environment=environment, pk=run_id).select_related("revision").first()

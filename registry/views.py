@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import logging
 
+from django.contrib import messages
+from django.contrib.admin.views.decorators import staff_member_required
 from django.core.paginator import Paginator
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
 
 from registry import selectors
-from registry.models import Environment, SyncRun
+from registry.models import Environment, SyncRun, ValidationRun
+from registry.services import validation
 
 logger = logging.getLogger(__name__)
 
@@ -20,20 +24,61 @@ def home(request: HttpRequest) -> HttpResponse:
     """The catalog's front page: indexed environments, newest first, with their index errors."""
     query = request.GET.get("q", "").strip()[:200]
     page = Paginator(selectors.environment_list(search=query), 50).get_page(request.GET.get("page"))
+    page.object_list = selectors.environments_with_verdicts(page.object_list)
     for env in page.object_list:
         env.display_tags = selectors.environment_tags(env)
     hub_sync = selectors.sync_run_latest(kind=SyncRun.Kind.HUB)
     return render(request, "registry/home.html", {"page": page, "query": query, "hub_sync": hub_sync})
 
 
-def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+def _environment_or_404(owner: str, name: str) -> Environment:
     env = selectors.environment_get(owner=owner, name=name)
     if env is None:
         raise Http404(f"No environment {owner}/{name}")
+    return env
+
+
+def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    env = _environment_or_404(owner, name)
     if (env.owner, env.name) != (owner, name):
         return redirect("registry:environment", owner=env.owner, name=env.name, permanent=True)
     env.display_tags = selectors.environment_tags(env)
-    return render(request, "registry/environment.html", {"env": env, "Status": Environment.Status})
+    context = {
+        "env": env,
+        "Status": Environment.Status,
+        "verdict": selectors.environment_verdict(environment=env),
+        "live_run": selectors.validation_run_live(environment=env),
+        "runs": selectors.validation_run_list(environment=env)[:20],
+    }
+    return render(request, "registry/environment.html", context)
+
+
+def validation_report(request: HttpRequest, owner: str, name: str, run_id: int) -> HttpResponse:
+    """Every check of one validation run: status, evidence, remediation, measurements."""
+    env = _environment_or_404(owner, name)
+    run = selectors.validation_run_get(environment=env, run_id=run_id)
+    if run is None:
+        raise Http404(f"No validation run {run_id} of {env.repo_id}")
+    results = (run.report or {}).get("results", [])
+    return render(request, "registry/validation_report.html", {"env": env, "run": run, "results": results})
+
+
+@staff_member_required
+@require_POST
+def validation_request(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """Staff ask for a fresh validation of the head revision (which may wake a sleeping Space)."""
+    env = _environment_or_404(owner, name)
+    if env.head is None:
+        messages.error(request, "There is no indexed revision to validate.")
+    else:
+        runner = request.POST.get("runner") or None
+        if runner not in (None, *ValidationRun.Runner.values):
+            raise Http404("unknown runner")
+        run, created = validation.validation_run_request(
+            revision=env.head, trigger=ValidationRun.Trigger.REQUEST, runner=runner, wake=True,
+            requested_by=request.user)
+        messages.info(request, f"Validation #{run.pk} {'queued' if created else 'is already ' + run.state}.")
+    return redirect("registry:environment", owner=env.owner, name=env.name)
 
 
 @never_cache

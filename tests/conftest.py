@@ -33,3 +33,44 @@ def corpus_stub(hub_stub):
     hub_stub.seed_from_corpus(CORPUS, owner="openenv")
     hub_stub.reset_requests()
     return hub_stub
+
+
+EXAMPLES = TESTS_DIR.parent / "examples" / "envs"
+FIXTURE_ENVS = TESTS_DIR / "fixtures" / "envs"
+
+
+@pytest.fixture
+def validation_settings(settings):
+    """Budgets that hold on a loaded 2-core machine; runs go to the sandbox cache shared with the probe tests."""
+    from tests.support.envserver import SANDBOX_CACHE, SANDBOX_PYTHON
+
+    settings.HUB_SANDBOX_DIR = SANDBOX_CACHE
+    settings.HUB_SANDBOX_PYTHON = SANDBOX_PYTHON
+    settings.HUB_PROBE_FIRST_WORK_BUDGET_S = 150.0
+    settings.HUB_SANDBOX_STARTUP_S = 150.0
+    settings.HUB_PROBE_DEADLINE_S = 120.0
+    settings.HUB_VALIDATE_NEW_REVISIONS = False
+    return settings
+
+
+@pytest.fixture(scope="session")
+def openenv_python():
+    """A Python with openenv 0.10.0 (the sandbox venv every example and fixture package shares)."""
+    from tests.support.envserver import interpreter
+
+    python, why = interpreter()
+    assert python, why
+    return python
+
+
+@pytest.fixture
+def local_envs(validation_settings, openenv_python):
+    """The examples and the broken fixtures indexed as local sources: local/<name> and broken/<name>.
+
+    The test itself asks for the database (db or transactional) with its django_db mark."""
+    from registry import services
+
+    validation_settings.HUB_LOCAL_SOURCES = [f"local={EXAMPLES}", f"broken={FIXTURE_ENVS}"]
+    run = services.local_sync().run
+    assert run.errors == 0 and run.new == run.found
+    return run

@@ -1,13 +1,22 @@
-"""Index tasks. Both are idempotent (a second run changes nothing) and acknowledged late,
-so a worker that dies mid-task leaves the message to be delivered again."""
+"""Celery tasks: look up by key, call one service, decide retry.
+
+Every task is idempotent and acknowledged late, so a worker that dies
+mid-task leaves its message to be delivered again, and a second delivery
+changes nothing.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
 
-from registry import services
+from registry import runners, services
+from registry.models import ValidationRun
+from registry.services import validation
 
 logger = logging.getLogger(__name__)
 
@@ -30,3 +39,97 @@ def index_space(repo_id: str) -> str:
     summary = services.space_index_by_id(repo_id=repo_id)
     logger.info("index_space %s: %s", repo_id, summary)
     return str(summary)
+
+
+class _Heartbeat:
+    """Beats for a running validation from a side thread, so a long pip install or a slow probe still proves life.
+
+    `check()` raises RunNotRunning once a beat finds the run cancelled or reaped.
+    """
+
+    def __init__(self, run_id: int, interval_s: float):
+        self.run_id, self.interval_s = run_id, interval_s
+        self.stopped = threading.Event()
+        self.lost: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
+
+    def _loop(self) -> None:
+        from django.db import connection
+
+        try:
+            while not self.stopped.wait(self.interval_s):
+                try:
+                    validation.validation_run_heartbeat(run_id=self.run_id)
+                except validation.RunNotRunning as exc:
+                    self.lost = exc
+                    return
+                except Exception:  # noqa: BLE001 - a database hiccup must not kill the run; the next beat retries
+                    logger.exception("validation #%s: heartbeat failed", self.run_id)
+        finally:
+            connection.close()
+
+    def check(self, _step: str = "") -> None:
+        if self.lost is not None:
+            raise self.lost
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+
+@shared_task(name="registry.validate_run", bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+             soft_time_limit=settings.HUB_VALIDATION_SOFT_LIMIT_S, time_limit=settings.HUB_VALIDATION_HARD_LIMIT_S)
+def validate_run(self, run_id: int) -> str:
+    """Validate one revision: start by compare-and-set, run the runner, record the verdict.
+
+    An environment's own faults are a verdict, never a retry; only our
+    transient failures (the Hub or PyPI unreachable) requeue the run, up to
+    HUB_VALIDATION_MAX_ATTEMPTS starts in all.
+    """
+    run = validation.validation_run_start(run_id=run_id, worker=self.request.hostname or "")
+    if run is None:
+        return "ignored"
+    with _Heartbeat(run_id, settings.HUB_VALIDATION_HEARTBEAT_S) as beat:
+        try:
+            result = runners.validation_execute(run, checkpoint=beat.check)
+        except validation.RunNotRunning:
+            return "cancelled"
+        except runners.TransientError as exc:
+            if run.attempts < settings.HUB_VALIDATION_MAX_ATTEMPTS and validation.validation_run_requeue(
+                    run_id=run_id, reason=f"Retrying after a transient failure: {exc}"):
+                return "requeued"
+            validation.validation_run_finish(run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
+                                             reason=f"Gave up after {run.attempts} attempts: {exc}")
+            return "error"
+        except SoftTimeLimitExceeded:
+            validation.validation_run_finish(
+                run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
+                reason=f"The validation exceeded its time limit of {settings.HUB_VALIDATION_SOFT_LIMIT_S} s.")
+            return "error"
+        except Exception as exc:  # noqa: BLE001 - our bug: record it on the run rather than leave it running
+            logger.exception("validation #%s failed", run_id)
+            validation.validation_run_finish(run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
+                                             reason=f"The validator failed internally ({type(exc).__name__}).")
+            return "error"
+    if result.cancelled:
+        validation.validation_run_cancel(run_id=run_id, reason=result.reason)
+        return "cancelled"
+    validation.validation_run_finish(run_id=run_id, outcome=result.outcome, report=result.report,
+                                     reason=result.reason, target_url=result.target_url)
+    return result.outcome
+
+
+@shared_task(name="registry.validation_reap", ignore_result=True, acks_late=True)
+def validation_reap() -> dict:
+    """Periodic: requeue or end validation runs whose worker stopped sending heartbeats."""
+    return validation.validation_runs_reap()
+
+
+@shared_task(name="registry.validation_reprobe", ignore_result=True, acks_late=True)
+def validation_reprobe() -> int:
+    """Periodic: keep results fresh by re-validating environments whose latest run is old."""
+    return validation.validation_reprobe_schedule()

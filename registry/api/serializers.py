@@ -2,8 +2,8 @@
 
 from rest_framework import serializers
 
-from registry.models import Environment, IndexProblem, Revision
-from registry.selectors import environment_tags
+from registry.models import Environment, IndexProblem, Revision, ValidationRun
+from registry.selectors import environment_tags, environment_verdict
 
 
 class IndexProblemSerializer(serializers.ModelSerializer):
@@ -21,6 +21,40 @@ class RevisionSerializer(serializers.ModelSerializer):
         ]
 
 
+def verdict_data(run: ValidationRun | None) -> dict | None:
+    """The verdict summary: {"outcome", "run_id", "revision", "finished_at", "failing_checks"}, or None before any run."""
+    if run is None:
+        return None
+    return {
+        "outcome": run.outcome,
+        "run_id": run.pk,
+        "revision": run.revision.sha,
+        "finished_at": serializers.DateTimeField().to_representation(run.finished_at),
+        "failing_checks": run.failing_checks,
+    }
+
+
+class ValidationRunSerializer(serializers.ModelSerializer):
+    revision = serializers.CharField(source="revision.sha")
+
+    class Meta:
+        model = ValidationRun
+        fields = [
+            "id", "revision", "state", "outcome", "reason", "runner", "trigger", "target_url", "validator_version",
+            "policy_version", "attempts", "queued_at", "started_at", "heartbeat_at", "finished_at", "failing_checks",
+        ]
+
+
+class ValidationRunDetailSerializer(ValidationRunSerializer):
+    class Meta(ValidationRunSerializer.Meta):
+        fields = ValidationRunSerializer.Meta.fields + ["report"]
+
+
+class ValidationRequestSerializer(serializers.Serializer):
+    runner = serializers.ChoiceField(choices=ValidationRun.Runner.values, required=False)
+    wake = serializers.BooleanField(default=True)
+
+
 class EnvironmentSerializer(serializers.ModelSerializer):
     id = serializers.CharField(source="repo_id")
     head_sha = serializers.CharField(source="head.sha", default=None)
@@ -28,13 +62,14 @@ class EnvironmentSerializer(serializers.ModelSerializer):
     description = serializers.CharField(source="head.description", default="")
     tags = serializers.SerializerMethodField()
     index_errors = serializers.SerializerMethodField()
+    verdict = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
 
     class Meta:
         model = Environment
         fields = [
             "id", "owner", "name", "source", "status", "status_reason", "head_sha", "manifest_name", "description",
-            "tags", "likes", "runtime_stage", "updated_at", "index_errors", "url",
+            "tags", "likes", "runtime_stage", "updated_at", "index_errors", "verdict", "url",
         ]
 
     def get_tags(self, env: Environment) -> list[str]:
@@ -45,6 +80,10 @@ class EnvironmentSerializer(serializers.ModelSerializer):
         if problems is None:
             problems = env.problems.filter(resolved_at__isnull=True)
         return IndexProblemSerializer(problems, many=True).data
+
+    def get_verdict(self, env: Environment) -> dict | None:
+        run = env.verdict if hasattr(env, "verdict") else environment_verdict(environment=env)
+        return verdict_data(run)
 
     def get_url(self, env: Environment) -> str:
         request = self.context.get("request")

@@ -1,12 +1,30 @@
 """The discovery API, /api/v1/. Thin: parse input, call a selector, serialize."""
 
 from django.shortcuts import redirect
-from rest_framework import generics
+from rest_framework import generics, permissions, status
 from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.response import Response
 
 from registry import selectors
-from registry.api.serializers import EnvironmentDetailSerializer, EnvironmentSerializer
-from registry.models import Environment
+from registry.api.serializers import (
+    EnvironmentDetailSerializer,
+    EnvironmentSerializer,
+    ValidationRequestSerializer,
+    ValidationRunDetailSerializer,
+    ValidationRunSerializer,
+)
+from registry.models import Environment, ValidationRun
+from registry.services import validation
+
+
+class EnvironmentMixin:
+    """Resolves <owner>/<name> (case-insensitively) or answers 404 in the API's error shape."""
+
+    def get_environment(self) -> Environment:
+        env = selectors.environment_get(owner=self.kwargs["owner"], name=self.kwargs["name"])
+        if env is None:
+            raise NotFound(f"No environment {self.kwargs['owner']}/{self.kwargs['name']} in the index.")
+        return env
 
 
 class EnvironmentList(generics.ListAPIView):
@@ -26,8 +44,11 @@ class EnvironmentList(generics.ListAPIView):
             status=None if status == "all" else status, search=params.get("q", "").strip()[:200], source=source,
         )
 
+    def paginate_queryset(self, queryset):
+        return selectors.environments_with_verdicts(super().paginate_queryset(queryset))
 
-class EnvironmentDetail(generics.RetrieveAPIView):
+
+class EnvironmentDetail(EnvironmentMixin, generics.RetrieveAPIView):
     """GET /api/v1/environments/<owner>/<name>/ (any case; redirects to the canonical spelling)."""
 
     serializer_class = EnvironmentDetailSerializer
@@ -40,7 +61,57 @@ class EnvironmentDetail(generics.RetrieveAPIView):
         return super().get(request, *args, **kwargs)
 
     def get_object(self):
-        env = selectors.environment_get(owner=self.kwargs["owner"], name=self.kwargs["name"])
-        if env is None:
-            raise NotFound(f"No environment {self.kwargs['owner']}/{self.kwargs['name']} in the index.")
-        return env
+        return self.get_environment()
+
+
+class IsStaffOrReadOnly(permissions.BasePermission):
+    """Anyone reads; staff request validations (owners will, once identities exist)."""
+
+    def has_permission(self, request, view):
+        return request.method in permissions.SAFE_METHODS or bool(request.user and request.user.is_staff)
+
+
+class ValidationRunList(EnvironmentMixin, generics.ListAPIView):
+    """GET: the environment's validation runs, newest first. POST (staff): request a run of the head revision."""
+
+    serializer_class = ValidationRunSerializer
+    permission_classes = [IsStaffOrReadOnly]
+
+    def get_queryset(self):
+        return selectors.validation_run_list(environment=self.get_environment())
+
+    def post(self, request, *args, **kwargs):
+        env = self.get_environment()
+        if env.head is None:
+            raise ValidationError({"revision": "this environment has no indexed revision to validate"})
+        params = ValidationRequestSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        run, created = validation.validation_run_request(
+            revision=env.head, trigger=ValidationRun.Trigger.REQUEST, runner=params.validated_data.get("runner"),
+            wake=params.validated_data["wake"], requested_by=request.user,
+        )
+        return Response(ValidationRunSerializer(run).data, status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)
+
+
+class ValidationRunDetail(EnvironmentMixin, generics.RetrieveAPIView):
+    """GET /api/v1/environments/<owner>/<name>/validations/<id>/ with the full report."""
+
+    serializer_class = ValidationRunDetailSerializer
+
+    def get_object(self):
+        run = selectors.validation_run_get(environment=self.get_environment(), run_id=self.kwargs["run_id"])
+        if run is None:
+            raise NotFound(f"No validation run {self.kwargs['run_id']} for this environment.")
+        return run
+
+
+class ValidationRunLatest(EnvironmentMixin, generics.RetrieveAPIView):
+    """GET /api/v1/environments/<owner>/<name>/validations/latest/: the run behind the verdict, with its report."""
+
+    serializer_class = ValidationRunDetailSerializer
+
+    def get_object(self):
+        run = selectors.environment_verdict(environment=self.get_environment())
+        if run is None:
+            raise NotFound("This environment has no finished validation yet.")
+        return run

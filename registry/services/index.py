@@ -155,7 +155,8 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
             head is not None and head.sha != sha and head.hub_last_modified and revision.hub_last_modified
             and revision.hub_last_modified < head.hub_last_modified
         )
-        if not stale and (env.head_id != revision.pk or env.status != Environment.Status.ACTIVE):
+        head_moved = not stale and env.head_id != revision.pk
+        if not stale and (head_moved or env.status != Environment.Status.ACTIVE):
             env.head = revision
             _environment_reactivate(env)
             env.updated_at = timezone.now()
@@ -164,6 +165,10 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
         env.last_seen_at = timezone.now()
         env.save()
         _problems_resolve_except_head(env)
+        if head_moved and settings.HUB_VALIDATE_NEW_REVISIONS:
+            from registry.services.validation import validation_run_request
+
+            validation_run_request(revision=revision, trigger="new_revision")
     environment.refresh_from_db()
     return revision, created
 

@@ -297,6 +297,7 @@ class _Space:
     created_at: float
     trending_score: int
     revisions: dict[str, _Revision] = field(default_factory=dict)
+    host: str | None = None  # where the Space's app answers; default https://{subdomain}.hf.space
     history: list[str] = field(default_factory=list)  # shas, oldest first
 
     @property
@@ -593,8 +594,9 @@ class HubStub:
         hardware: str | None = None,
         disabled: bool | None = None,
         trending_score: int | None = None,
+        host: str | None = None,
     ) -> None:
-        """Change Space metadata without a commit (the sha stays the same)."""
+        """Change Space metadata without a commit (the sha stays the same); `host` points the Space at a real server."""
         with self._lock:
             space = self._spaces[repo_id]
             for name, value in (
@@ -604,6 +606,7 @@ class HubStub:
                 ("hardware", hardware),
                 ("disabled", disabled),
                 ("trending_score", trending_score),
+                ("host", host),
             ):
                 if value is not None:
                     setattr(space, name, value)
@@ -1095,7 +1098,7 @@ class HubStub:
             elif name == "subdomain":
                 item[name] = subdomain
             elif name == "host":
-                item[name] = f"https://{subdomain}.hf.space"
+                item[name] = space.host or f"https://{subdomain}.hf.space"
             elif name in ("models", "datasets"):
                 item[name] = []
             elif name == "trendingScore":
