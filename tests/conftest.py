@@ -74,3 +74,19 @@ def local_envs(validation_settings, openenv_python):
     run = services.local_sync().run
     assert run.errors == 0 and run.new == run.found
     return run
+
+
+@pytest.fixture
+def tiny_envs(settings, tmp_path):
+    """Two minimal local packages, local/alpha and local/beta, indexed without validating them; returns alpha."""
+    from registry import services
+    from registry.models import Environment
+
+    root = tmp_path / "envs"
+    for name in ("alpha", "beta"):
+        (root / name).mkdir(parents=True)
+        (root / name / "openenv.yaml").write_text(f"name: {name}\n")
+    settings.HUB_LOCAL_SOURCES = [f"local={root}"]
+    settings.HUB_VALIDATE_NEW_REVISIONS = False
+    services.local_sync()
+    return Environment.objects.select_related("head").get(key="local/alpha")

@@ -250,9 +250,10 @@ class _Run:
                 max_body_bytes=self.config.max_body_bytes, user_agent=VALIDATOR_VERSION,
             )
         except HostNotAllowed as exc:
+            refused = str(exc)
             self.run("runtime.startup", lambda: CheckResult(
                 "runtime.startup", ERROR, {"base_url": self.target.base_url, "allowed_hosts": list(self.target.allowed_hosts)},
-                [str(exc)], "Probe only the environment's own Space host (or the local runner's socket).",
+                [refused], "Probe only the environment's own Space host (or the local runner's socket).",
             ))
             self.skip_rest("unmet dependency: runtime.startup (target refused)")
             return
@@ -400,19 +401,30 @@ class _Run:
             return self.started_at
         return self.first_request_at if self.first_request_at is not None else self.t0
 
-    def check_openapi(self) -> CheckResult:
-        cid = "hub.openapi"
-        remediation = "Serve FastAPI's OpenAPI document at /openapi.json (create_app does)."
-        response = self.get("/openapi.json")
+    def json_object(self, cid: str, path: str, remediation: str, *, payload: dict | None = None
+                    ) -> tuple[Any, dict | None, CheckResult | None]:
+        """GET (or POST `payload` to) `path` and parse a JSON object: (response, body, None) or the failing result."""
+        response = self.get(path) if payload is None else self.post(path, payload)
         if response.status != 200:
-            return CheckResult(cid, FAIL, {"status": response.status}, [response.describe()], remediation)
+            return response, None, CheckResult(cid, FAIL, {"status": response.status}, [response.describe()], remediation)
         try:
             body = response.json()
         except ProbeHTTPError as exc:
-            return CheckResult(cid, FAIL, {"status": response.status}, [str(exc)], remediation)
-        info = body.get("info") if isinstance(body, dict) else None
+            return response, None, CheckResult(cid, FAIL, {"status": response.status}, [str(exc)], remediation)
+        if not isinstance(body, dict):
+            return response, None, CheckResult(
+                cid, FAIL, {}, [f"{path} is not a JSON object: {snippet(response.body, 80)}"], remediation)
+        return response, body, None
+
+    def check_openapi(self) -> CheckResult:
+        cid = "hub.openapi"
+        remediation = "Serve FastAPI's OpenAPI document at /openapi.json (create_app does)."
+        _, body, failed = self.json_object(cid, "/openapi.json", remediation)
+        if failed:
+            return failed
+        info = body.get("info")
         version = info.get("version") if isinstance(info, dict) else None
-        paths = body.get("paths") if isinstance(body, dict) else None
+        paths = body.get("paths")
         problems = []
         if not isinstance(version, str):
             problems.append("the document has no info.version string")
@@ -429,15 +441,9 @@ class _Run:
     def check_metadata(self) -> CheckResult:
         cid = "hub.metadata"
         remediation = "Serve /metadata with a name and a description (override get_metadata() in the environment)."
-        response = self.get("/metadata")
-        if response.status != 200:
-            return CheckResult(cid, FAIL, {"status": response.status}, [response.describe()], remediation)
-        try:
-            body = response.json()
-        except ProbeHTTPError as exc:
-            return CheckResult(cid, FAIL, {"status": response.status}, [str(exc)], remediation)
-        if not isinstance(body, dict):
-            return CheckResult(cid, FAIL, {}, [f"/metadata is not an object: {snippet(response.body, 80)}"], remediation)
+        response, body, failed = self.json_object(cid, "/metadata", remediation)
+        if failed:
+            return failed
         name, description = body.get("name"), body.get("description")
         measured = {key: body.get(key) for key in ("name", "description", "version") if isinstance(body.get(key), str)}
         problems = []
@@ -453,15 +459,9 @@ class _Run:
         cid = "hub.schema_endpoint"
         remediation = ("Serve /schema with the action, observation and state JSON Schemas "
                        "(create_app does, from the pydantic models).")
-        response = self.get("/schema")
-        if response.status != 200:
-            return CheckResult(cid, FAIL, {"status": response.status}, [response.describe()], remediation)
-        try:
-            body = response.json()
-        except ProbeHTTPError as exc:
-            return CheckResult(cid, FAIL, {"status": response.status}, [str(exc)], remediation)
-        if not isinstance(body, dict):
-            return CheckResult(cid, FAIL, {}, [f"/schema is not an object: {snippet(response.body, 80)}"], remediation)
+        response, body, failed = self.json_object(cid, "/schema", remediation)
+        if failed:
+            return failed
         problems = [f"/schema has no {key} object" for key in ("action", "observation", "state")
                     if not isinstance(body.get(key), dict)]
         if body.get("reset_observation") is not None and not isinstance(body.get("reset_observation"), dict):
@@ -539,14 +539,10 @@ class _Run:
         cid = "hub.mcp_endpoint"
         remediation = "Keep create_app's POST /mcp: JSON-RPC 2.0, answering tools/list (or -32603 for a non-MCP environment)."
         request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-        response = self.post("/mcp", request)
-        if response.status != 200:
-            return CheckResult(cid, FAIL, {"status": response.status}, [response.describe()], remediation)
-        try:
-            body = response.json()
-        except ProbeHTTPError as exc:
-            return CheckResult(cid, FAIL, {}, [str(exc)], remediation)
-        if not isinstance(body, dict) or body.get("jsonrpc") != "2.0":
+        response, body, failed = self.json_object(cid, "/mcp", remediation, payload=request)
+        if failed:
+            return failed
+        if body.get("jsonrpc") != "2.0":
             return CheckResult(cid, FAIL, {}, [f"tools/list -> not JSON-RPC 2.0: {snippet(response.body, 120)}"], remediation)
         result, error = body.get("result"), body.get("error")
         if isinstance(result, dict) and isinstance(result.get("tools"), list):

@@ -15,7 +15,7 @@ from registry import services
 from registry.conformance import report_problems
 from registry.models import Environment, ValidationRun
 from registry.services import validation
-from tests.conftest import EXAMPLES, FIXTURE_ENVS
+from tests.conftest import EXAMPLES
 from tests.support.envserver import EnvServer
 from workers.tasks import validate_run
 

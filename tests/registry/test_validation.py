@@ -19,15 +19,8 @@ State, Outcome = ValidationRun.State, ValidationRun.Outcome
 
 
 @pytest.fixture
-def env(settings, tmp_path):
-    root = tmp_path / "envs"
-    for name in ("alpha", "beta"):
-        (root / name).mkdir(parents=True)
-        (root / name / "openenv.yaml").write_text(f"name: {name}\n")
-    settings.HUB_LOCAL_SOURCES = [f"acme={root}"]
-    settings.HUB_VALIDATE_NEW_REVISIONS = False
-    services.local_sync()
-    return Environment.objects.select_related("head").get(key="acme/alpha")
+def env(tiny_envs):
+    return tiny_envs
 
 
 def test_request_writes_the_row_and_sends_the_task_only_after_commit(env, django_capture_on_commit_callbacks):
@@ -86,7 +79,7 @@ def test_reaper_requeues_then_gives_up(env, settings, django_capture_on_commit_c
     run, _ = validation.validation_run_request(revision=env.head, trigger="request")
     validation.validation_run_start(run_id=run.pk, worker="gone@host")
     fresh, _ = validation.validation_run_request(
-        revision=Environment.objects.get(key="acme/beta").head, trigger="request")
+        revision=Environment.objects.get(key="local/beta").head, trigger="request")
     validation.validation_run_start(run_id=fresh.pk)
     stale_at = timezone.now() - timedelta(seconds=settings.HUB_VALIDATION_STALE_S + 5)
     ValidationRun.objects.filter(pk=run.pk).update(heartbeat_at=stale_at)

@@ -7,7 +7,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
-from registry.models import Environment, ValidationRun
+from registry.models import ValidationRun
 from registry.services import validation
 
 pytestmark = pytest.mark.django_db
@@ -31,17 +31,8 @@ def client():
 
 
 @pytest.fixture
-def env(settings, tmp_path):
-    from registry import services
-
-    root = tmp_path / "envs"
-    for name in ("alpha", "beta"):
-        (root / name).mkdir(parents=True)
-        (root / name / "openenv.yaml").write_text(f"name: {name}\n")
-    settings.HUB_LOCAL_SOURCES = [f"local={root}"]
-    settings.HUB_VALIDATE_NEW_REVISIONS = False
-    services.local_sync()
-    return Environment.objects.select_related("head").get(key="local/alpha")
+def env(tiny_envs):
+    return tiny_envs
 
 
 def finished(env, outcome="fail", report=REPORT) -> ValidationRun:
