@@ -1,7 +1,7 @@
 """The one module that talks to the Hugging Face Hub, through `huggingface_hub`.
 
-Everything the Hub returns is untrusted: sizes are checked before a file is
-downloaded, every HTTP call has a timeout, 429 and 5xx are retried with
+Everything the Hub returns is untrusted: file reads stop at a size cap
+whatever the file declares, every HTTP call has a timeout, 429 and 5xx are retried with
 backoff (Retry-After honoured, but capped), and failures surface as the small
 set of exceptions below so callers never see a `huggingface_hub` type.
 """
@@ -68,10 +68,6 @@ class RevisionNotFound(HubError):
 
 class FileNotFound(HubError):
     """No such file at that revision."""
-
-
-class FileTooLarge(HubError):
-    """The file is over the cap; it was not downloaded."""
 
 
 @dataclass(frozen=True)
@@ -297,16 +293,14 @@ class HubClient:
             raise HubError(f"space_info {repo_id}: the Hub answered without an id or sha")
         return facts
 
-    def read_file(self, repo_id: str, path: str, *, sha: str, size: int | None, cap: int) -> bytes:
-        """One file pinned to `sha`, streamed and cut off past `cap` (the declared size is checked first but not trusted)."""
-        if size is not None and size > cap:
-            raise FileTooLarge(f"{path} is {size:,} bytes; the index reads at most {cap:,} bytes")
+    def read_file(self, repo_id: str, path: str, *, sha: str, cap: int) -> bytes:
+        """One file pinned to `sha`, streamed and cut off after `cap` + 1 bytes (whatever size it declares).
+
+        A result longer than `cap` means "too large"; the caller says so (manifest.decode_text does).
+        """
         url = hf_hub_url(repo_id, path, repo_type="space", revision=sha, endpoint=self.endpoint)
         headers = build_hf_headers(token=self.api.token, library_name="openenv-hub")
-        data = self._call(f"download {repo_id}/{path}@{sha[:12]}", lambda: _get_capped(url, headers, cap))
-        if data is None:
-            raise FileTooLarge(f"{path} is over {cap:,} bytes; the index reads at most {cap:,} bytes")
-        return data
+        return self._call(f"download {repo_id}/{path}@{sha[:12]}", lambda: _get_capped(url, headers, cap + 1))
 
     def snapshot(self, repo_id: str, *, sha: str, local_dir: Path) -> Path:
         """The whole repository at `sha` into `local_dir` (for the local validation runner)."""
@@ -318,17 +312,17 @@ class HubClient:
         ))
 
 
-def _get_capped(url: str, headers: dict, cap: int) -> bytes | None:
-    """GET a file; None when the body runs past `cap` (the rest is never read)."""
+def _get_capped(url: str, headers: dict, limit: int) -> bytes:
+    """GET a file, reading at most `limit` bytes of its body (the rest is never read)."""
     with get_session().stream("GET", url, headers=headers) as response:
         hf_raise_for_status(response)
         chunks, total = [], 0
         for chunk in response.iter_bytes():
-            total += len(chunk)
-            if total > cap:
-                return None
             chunks.append(chunk)
-    return b"".join(chunks)
+            total += len(chunk)
+            if total >= limit:
+                break
+    return b"".join(chunks)[:limit]
 
 
 def _get_page(url: str, params: list[tuple[str, str]] | None, headers: dict) -> httpx2.Response:

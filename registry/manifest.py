@@ -100,9 +100,9 @@ def load_yaml(text: str) -> Any:
 
 def decode_text(raw: bytes, *, filename: str, cap: int) -> tuple[str | None, Problem | None]:
     """Decode a capped UTF-8 file; a BOM is tolerated, anything else invalid is a problem."""
-    if len(raw) > cap:
+    if len(raw) > cap:  # readers stop one byte past the cap, so the true size is unknown
         return None, Problem(
-            f"{_slug(filename)}.too_large", f"{filename} is {len(raw):,} bytes; the index reads at most {cap:,} bytes."
+            f"{_slug(filename)}.too_large", f"{filename} is larger than {cap:,} bytes, the most the index reads."
         )
     try:
         text = raw.decode("utf-8-sig")

@@ -162,8 +162,7 @@ def run_space(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
     plan = None
     if any(f.get("path") == RUNTIME_PLAN_FILE for f in revision.files):
         try:
-            plan = client.read_file(env.repo_id, RUNTIME_PLAN_FILE, sha=revision.sha, size=None,
-                                    cap=MAX_RUNTIME_PLAN_BYTES + 1)
+            plan = client.read_file(env.repo_id, RUNTIME_PLAN_FILE, sha=revision.sha, cap=MAX_RUNTIME_PLAN_BYTES)
         except FileNotFound:
             plan = None
         except HubError as exc:

@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from registry import manifest as mf
-from registry.hub import FileNotFound, FileTooLarge, HubClient, HubError, SpaceFacts, SpaceNotFound
+from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
 from registry.models import Environment, IndexProblem, Revision, SyncRun, environment_key
 
 logger = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
 # --- the Hub ---------------------------------------------------------------------------------------------
 
 
-def _read_space_files(client: HubClient, space: SpaceFacts) -> tuple[dict[str, bytes | None], list[mf.Problem], SpaceFacts]:
+def _read_space_files(client: HubClient, space: SpaceFacts) -> tuple[dict[str, bytes | None], SpaceFacts]:
     """Read the indexed files of a Space at its sha.
 
     The listing already named the files, so reading costs one request per file
@@ -185,20 +185,14 @@ def _read_space_files(client: HubClient, space: SpaceFacts) -> tuple[dict[str, b
     if not space.files_known:
         space = client.space(space.repo_id, revision=space.sha)
     contents: dict[str, bytes | None] = {}
-    problems: list[mf.Problem] = []
     for path in mf.PACKAGE_FILES:
-        if path not in space.files:
-            contents[path] = None
-            continue
-        cap = mf.FILE_CAPS[path]
-        try:
-            contents[path] = client.read_file(space.repo_id, path, sha=space.sha, size=space.files[path], cap=cap)
-        except FileTooLarge as exc:
-            contents[path] = None
-            problems.append(mf.Problem(f"{mf._slug(path)}.too_large", f"{exc}."))
-        except FileNotFound:
-            contents[path] = None
-    return contents, problems, space
+        contents[path] = None
+        if path in space.files:
+            try:
+                contents[path] = client.read_file(space.repo_id, path, sha=space.sha, cap=mf.FILE_CAPS[path])
+            except FileNotFound:
+                pass
+    return contents, space
 
 
 def space_index(*, client: HubClient, space: SpaceFacts, environment: Environment | None = None) -> str:
@@ -222,7 +216,7 @@ def space_index(*, client: HubClient, space: SpaceFacts, environment: Environmen
             revision_record(environment=environment, sha=space.sha, facts=_facts_of(known), files=known.files, space=space)
             return UPDATED
     try:
-        contents, read_problems, space = _read_space_files(client, space)
+        contents, space = _read_space_files(client, space)
     except SpaceNotFound as exc:
         if environment:
             environment_withdraw(environment=environment, reason=f"Gone from the Hub while being read: {exc}")
@@ -238,7 +232,6 @@ def space_index(*, client: HubClient, space: SpaceFacts, environment: Environmen
         ))
         return ERROR
     facts = mf.read_package(contents)
-    facts.problems = read_problems + facts.problems
     if contents[mf.MANIFEST_FILE] is None and not space.is_tagged():
         # Found by search only, and the manifest is gone: not an environment any more.
         if environment:

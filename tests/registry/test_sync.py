@@ -237,7 +237,8 @@ def test_hostile_spaces_are_indexed_with_clear_errors_and_stop_nothing(corpus_st
     # Files over the cap are cut off, not stored.
     assert env("evil/huge_manifest").head.manifest_raw == ""
     assert env("evil/huge_readme").head.readme_raw == ""
-    assert "at most 1,048,576 bytes" in env("evil/huge_readme").problems.get(code="readme.too_large").message
+    assert "larger than 1,048,576 bytes" in env("evil/huge_readme").problems.get(code="readme.too_large").message
+    assert open_codes("evil/huge_manifest") == ["manifest.too_large"]  # not also "missing"
     assert env("evil/huge_manifest").head.manifest is None
     assert env("evil/alias_bomb").head.manifest is None
     # The README is kept verbatim for people to read, whatever it says.

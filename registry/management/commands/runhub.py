@@ -23,6 +23,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, host: str, port: str, no_sync: bool = False, **options):
         call_command("migrate", interactive=False, verbosity=0)
+        self._keep_private()
         python = sys.executable
         celery = [python, "-m", "celery", "-A", "hub"]
         commands = {
@@ -65,3 +66,18 @@ class Command(BaseCommand):
                     proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     proc.kill()
+
+    @staticmethod
+    def _keep_private() -> None:
+        """The SQLite files and the broker folder hold sessions and password hashes: only this user may read them.
+
+        The local validation sandbox runs environments as `nobody`, which can read world-readable files.
+        """
+        db = settings.DATABASES["default"]
+        if db["ENGINE"].endswith("sqlite3"):
+            for suffix in ("", "-wal", "-shm"):
+                path = f"{db['NAME']}{suffix}"
+                if os.path.exists(path):
+                    os.chmod(path, 0o600)
+        if settings.BROKER_DIR.exists():
+            os.chmod(settings.BROKER_DIR, 0o700)
