@@ -48,6 +48,12 @@ def reference(openenv_cli: Path, base_url: str) -> tuple[float, int]:
     return time.perf_counter() - started, done.returncode
 
 
+def cli_startup(openenv_cli: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run([str(openenv_cli), "validate", "--help"], capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
 def fmt(values: list[float]) -> str:
     return f"median {statistics.median(values) * 1000:8.1f} ms  (min {min(values) * 1000:.1f}, max {max(values) * 1000:.1f})"
 
@@ -63,7 +69,7 @@ def main(argv: list[str]) -> None:
     server.start()
     try:
         server.wait_ready()
-        ours, theirs, phases = [], [], defaultdict(list)
+        ours, theirs, startup, phases = [], [], [], defaultdict(list)
         verdicts, codes = set(), set()
         for _ in range(n):
             seconds, report = hub_probe(server.base_url, config)
@@ -74,12 +80,14 @@ def main(argv: list[str]) -> None:
             seconds, code = reference(openenv_cli, server.base_url)
             theirs.append(seconds)
             codes.add(code)
+            startup.append(cli_startup(openenv_cli))
     finally:
         server.stop()
 
     print(f"\nhub probe (run_validation, {len(phases)} checks, verdicts {sorted(verdicts)}):  {fmt(ours)}")
     print(f"openenv validate <url> (CLI process, exit codes {sorted(codes)}):           {fmt(theirs)}")
-    print(f"ratio hub / reference (medians): {statistics.median(ours) / statistics.median(theirs):.2f}")
+    print(f"  of which CLI start-up (`openenv validate --help`):                  {fmt(startup)}")
+    print(f"ratio hub / reference, whole runs (medians): {statistics.median(ours) / statistics.median(theirs):.2f}")
     print("\nhub probe, per check (median of the runs):")
     for check_id, values in sorted(phases.items(), key=lambda kv: -statistics.median(kv[1])):
         print(f"  {check_id:36} {statistics.median(values) * 1000:8.1f} ms")

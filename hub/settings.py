@@ -292,6 +292,8 @@ HUB_VALIDATION_HARD_LIMIT_S = HUB_VALIDATION_SOFT_LIMIT_S + 60
 HUB_VALIDATION_HEARTBEAT_S = env_float("HUB_VALIDATION_HEARTBEAT_S", 10.0)
 HUB_VALIDATION_STALE_S = env_float("HUB_VALIDATION_STALE_S", 120.0)
 HUB_VALIDATION_MAX_ATTEMPTS = env_int("HUB_VALIDATION_MAX_ATTEMPTS", 3)
+# After our own transient failure (Hub or package index down) a run waits this long, doubling, before retrying.
+HUB_VALIDATION_RETRY_BASE_S = env_float("HUB_VALIDATION_RETRY_BASE_S", 60.0)
 HUB_VALIDATION_REPROBE_S = env_int("HUB_VALIDATION_REPROBE_S", 24 * 3600)
 HUB_SANDBOX_DIR = Path(env_str("HUB_SANDBOX_DIR", str(VAR_DIR / "sandbox")))
 # The interpreter sandbox venvs are built from. It must be executable by the sandbox user (nobody) for the

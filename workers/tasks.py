@@ -99,8 +99,10 @@ def validate_run(self, run_id: int) -> str:
         except validation.RunNotRunning:
             return "cancelled"
         except runners.TransientError as exc:
+            backoff = settings.HUB_VALIDATION_RETRY_BASE_S * 2 ** (run.attempts - 1)
             if run.attempts < settings.HUB_VALIDATION_MAX_ATTEMPTS and validation.validation_run_requeue(
-                    run_id=run_id, reason=f"Retrying after a transient failure: {exc}"):
+                    run_id=run_id, reason=f"Retrying in {backoff:.0f} s after a transient failure: {exc}",
+                    countdown=backoff):
                 return "requeued"
             validation.validation_run_finish(run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
                                              reason=f"Gave up after {run.attempts} attempts: {exc}")

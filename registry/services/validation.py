@@ -35,10 +35,10 @@ def default_runner(environment: Environment) -> str:
     return settings.HUB_VALIDATION_RUNNER
 
 
-def _enqueue(run: ValidationRun) -> None:
+def _enqueue(run: ValidationRun, *, countdown: float = 0) -> None:
     from workers.tasks import validate_run
 
-    transaction.on_commit(lambda: validate_run.apply_async(args=[run.pk], queue="validation"))
+    transaction.on_commit(lambda: validate_run.apply_async(args=[run.pk], queue="validation", countdown=countdown))
 
 
 def validation_run_request(*, revision: Revision, trigger: str, runner: str | None = None, wake: bool = False,
@@ -109,13 +109,14 @@ def validation_run_cancel(*, run_id: int, reason: str) -> bool:
     ))
 
 
-def validation_run_requeue(*, run_id: int, reason: str) -> bool:
-    """running → queued, for a transient failure of ours (not the environment's); the task is sent again."""
+def validation_run_requeue(*, run_id: int, reason: str, countdown: float = 0) -> bool:
+    """running → queued, for a transient failure of ours (not the environment's); the task is sent again,
+    after `countdown` seconds (a backoff, so a Hub outage is not retried in a tight loop)."""
     with transaction.atomic():
         changed = ValidationRun.objects.filter(pk=run_id, state=State.RUNNING).update(
             state=State.QUEUED, reason=reason[:2000], heartbeat_at=None)
         if changed:
-            _enqueue(ValidationRun(pk=run_id))
+            _enqueue(ValidationRun(pk=run_id), countdown=countdown)
     return bool(changed)
 
 

@@ -188,3 +188,19 @@ def test_the_probe_never_leaves_a_run_running(local_envs, settings):
     run = validate(env("broken/reset_hangs"))
     assert run.state == "finished" and run.outcome == "fail"
     assert "hub.ws_episode" in run.failing_checks
+
+
+def test_a_hub_outage_is_retried_with_backoff_then_given_up(corpus_stub, validation_settings):
+    services.space_index_by_id(repo_id="openenv/echo_env")
+    corpus_stub.inject("info", status=503, times=None, repo_id="openenv/echo_env")
+    run, _ = validation.validation_run_request(revision=env("openenv/echo_env").head, trigger="request",
+                                               runner="space")
+    for attempt, wait in ((1, 60), (2, 120)):
+        assert validate_run(run.pk) == "requeued"
+        run.refresh_from_db()
+        assert (run.state, run.attempts) == ("queued", attempt)
+        assert run.reason.startswith(f"Retrying in {wait} s after a transient failure") and "503" in run.reason
+    assert validate_run(run.pk) == "error"
+    run.refresh_from_db()
+    assert (run.state, run.outcome, run.attempts) == ("finished", "error", 3)
+    assert run.reason.startswith("Gave up after 3 attempts") and run.report is None
