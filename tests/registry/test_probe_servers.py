@@ -237,12 +237,6 @@ def test_cancelling_propagates_and_releases_the_session(probed):
     assert outcome["report"]["verdict"] == "pass"  # the next run got the single /ws session
 
 
-def test_the_whole_batch_is_quick(probed):
-    timings = {name: round(o.get("seconds", -1), 1) for name, o in probed.items() if isinstance(o, dict)}
-    print(f"\nstart + probe of {len(timings)} servers: {probed['_seconds']:.1f} s; runs: {timings}")
-    assert probed["_seconds"] < 150, probed["_seconds"]
-
-
 def test_a_host_outside_the_allowed_ones_is_refused_without_connecting():
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

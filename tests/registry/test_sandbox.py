@@ -359,9 +359,7 @@ def test_slow_ensure_venv_builds_openenv_then_reuses_it(config):
     ).stdout.strip()
     assert version == "0.10.0"
     second_log = []
-    started = time.monotonic()
     assert ensure_venv(["OpenEnv == 0.10.0"], config=config, log=second_log.append) == venv
-    assert time.monotonic() - started < 1.0
     assert len(second_log) == 1 and second_log[0].endswith(": cached"), second_log  # no pip run
     mode = (venv / "lib").stat().st_mode
     assert mode & 0o005 == 0o005 and mode & 0o002 == 0  # readable by the sandbox user, writable by nobody else
