@@ -20,7 +20,6 @@ import yaml
 MANIFEST_FILE = "openenv.yaml"
 README_FILE = "README.md"
 PYPROJECT_FILE = "pyproject.toml"
-RUNTIME_PLAN_FILE = "validation/runtime.json"
 
 # Size caps: generous for real packages (the largest corpus README is ~30 KiB), small enough to be harmless.
 MAX_MANIFEST_BYTES = 256 * 1024

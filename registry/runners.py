@@ -28,7 +28,6 @@ from django.conf import settings
 from registry import conformance, sandbox
 from registry.conformance import CheckResult, ProbeConfig, ProbeTarget
 from registry.hub import FileNotFound, HubClient, HubError, SpaceNotFound
-from registry.manifest import RUNTIME_PLAN_FILE
 from registry.models import Environment, Revision, ValidationRun
 from registry.services.index import local_package_digest
 
@@ -37,7 +36,6 @@ logger = logging.getLogger(__name__)
 SLEEPING_STAGES = {"SLEEPING", "PAUSED", "STOPPED"}
 BROKEN_STAGES = {"BUILD_ERROR", "RUNTIME_ERROR", "CONFIG_ERROR", "NO_APP_FILE"}
 TRANSITIONAL_STAGES = {"BUILDING", "RUNNING_BUILDING", "APP_STARTING", "RUNNING_APP_STARTING", "DELETING"}
-MAX_RUNTIME_PLAN_BYTES = 64 * 1024
 LOCAL_HOST = "localhost"
 
 
@@ -64,7 +62,7 @@ def probe_config() -> ProbeConfig:
     )
 
 
-def _manifest_problem_codes(revision: Revision) -> list[str]:
+def _manifest_problems(revision: Revision) -> list[str]:
     return [p.message for p in revision.problems.filter(code__startswith="manifest.")]
 
 
@@ -91,18 +89,19 @@ def _report(run: ValidationRun, target: ProbeTarget, *, plan: bytes | None, chec
     report = conformance.run_validation(
         target, manifest=revision.manifest, files=revision.files, openenv_requirement=revision.openenv_requirement,
         runtime_plan=plan, source=_source(run), config=probe_config(), extra_results=extra,
-        on_progress=checkpoint, started_at=started_at, manifest_problems=_manifest_problem_codes(revision),
+        on_progress=checkpoint, started_at=started_at, manifest_problems=_manifest_problems(revision),
     )
     return RunResult(outcome=report["verdict"], report=report, target_url=target.base_url)
 
 
-def _report_without_server(run: ValidationRun, failure: CheckResult, extra: list[CheckResult]) -> RunResult:
+def _report_without_server(run: ValidationRun, failure: CheckResult, *, plan: bytes | None,
+                           extra: list[CheckResult]) -> RunResult:
     """A verdict when the environment could not even be reached: static checks, the failure, the rest skipped."""
     revision = run.revision
     report = conformance.report_without_runtime(
         manifest=revision.manifest, files=revision.files, openenv_requirement=revision.openenv_requirement,
-        runtime_plan=None, source=_source(run), failure=failure, extra_results=extra,
-        manifest_problems=_manifest_problem_codes(revision),
+        runtime_plan=plan, source=_source(run), failure=failure, extra_results=extra,
+        manifest_problems=_manifest_problems(revision),
     )
     return RunResult(outcome=report["verdict"], report=report)
 
@@ -134,6 +133,21 @@ def _startup_failure(evidence: list[str], remediation: str, measured: dict | Non
 # --- space ---------------------------------------------------------------------------------------
 
 
+def _hub_plan(client: HubClient, run: ValidationRun) -> bytes | None:
+    """The revision's runtime plan (where its manifest says, capped like the probe caps it), or None."""
+    path = conformance.runtime_plan_path(run.revision.manifest)
+    if not any(f.get("path") == path for f in run.revision.files):
+        return None
+    try:
+        return client.read_file(run.environment.repo_id, path, sha=run.revision.sha, cap=conformance.MAX_PLAN_BYTES)
+    except FileNotFound:
+        return None
+    except HubError as exc:
+        if exc.transient:
+            raise TransientError(str(exc)) from exc
+        return None
+
+
 def run_space(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResult:
     env, revision = run.environment, run.revision
     if env.source != Environment.Source.HUGGINGFACE:
@@ -154,21 +168,12 @@ def run_space(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
     if stage in TRANSITIONAL_STAGES:
         raise TransientError(f"the Space is {stage}; trying again once it settles")
     bound = _bound(revision, served=space.sha, how="Hub head sha at probe time")
+    plan = _hub_plan(client, run)
     if stage in BROKEN_STAGES:
         return _report_without_server(run, _startup_failure(
             [f"Hub runtime stage: {stage}"],
             "The Space does not run: read its build and runtime logs on the Hub and fix the error.",
-            {"runtime_stage": stage}), [bound])
-    plan = None
-    if any(f.get("path") == RUNTIME_PLAN_FILE for f in revision.files):
-        try:
-            plan = client.read_file(env.repo_id, RUNTIME_PLAN_FILE, sha=revision.sha, cap=MAX_RUNTIME_PLAN_BYTES)
-        except FileNotFound:
-            plan = None
-        except HubError as exc:
-            if exc.transient:
-                raise TransientError(str(exc)) from exc
-            plan = None
+            {"runtime_stage": stage}), plan=plan, extra=[bound])
     target = ProbeTarget(space.host, allowed_hosts=tuple(settings.HUB_PROBE_ALLOWED_HOSTS))
     return _report(run, target, plan=plan, checkpoint=checkpoint, extra=[bound])
 
@@ -216,12 +221,14 @@ def _package_at_revision(run: ValidationRun, scratch: Path) -> tuple[Path | None
     return folder, None, _bound(revision, served=revision.sha, how="Hub snapshot pinned to the sha")
 
 
-def _read_plan(folder: Path) -> bytes | None:
-    path = folder / RUNTIME_PLAN_FILE
-    if not path.is_file() or path.is_symlink():
+def _folder_plan(folder: Path, manifest: dict | None) -> bytes | None:
+    """The runtime plan inside a package folder (where its manifest says), capped; never through a link out of it."""
+    root = folder.resolve()
+    path = (folder / conformance.runtime_plan_path(manifest)).resolve()
+    if not path.is_relative_to(root) or not path.is_file():
         return None
     with open(path, "rb") as fh:
-        return fh.read(MAX_RUNTIME_PLAN_BYTES + 1)
+        return fh.read(conformance.MAX_PLAN_BYTES + 1)
 
 
 def _note_isolation(result: RunResult, server: sandbox.RunningServer) -> RunResult:
@@ -239,6 +246,7 @@ def run_local(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
         folder, early, bound = _package_at_revision(run, Path(scratch))
         if early:
             return early
+        plan = _folder_plan(folder, run.revision.manifest)
         checkpoint("sandbox.install")
         try:
             requirements = sandbox.package_requirements(folder)
@@ -246,7 +254,7 @@ def run_local(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
             return _report_without_server(run, _startup_failure(
                 _evidence(exc), "Declare the server's dependencies in pyproject.toml [project].dependencies as "
                 "plain requirements from the package index (no URLs or paths): the sandbox installs nothing else."),
-                [bound])
+                plan=plan, extra=[bound])
         try:
             venv = sandbox.ensure_venv(requirements, config=config, limits=limits)
         except sandbox.SandboxError as exc:
@@ -255,18 +263,18 @@ def run_local(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
             return _report_without_server(run, _startup_failure(
                 [f"installing {len(requirements)} requirement(s) failed", *_evidence(exc)],
                 "Make every dependency installable from PyPI as a wheel for Linux x86_64 and this Python."),
-                [bound])
+                plan=plan, extra=[bound])
         checkpoint("sandbox.start")
         app = (run.revision.manifest or {}).get("app") or sandbox.DEFAULT_APP
         try:
             with sandbox.running_server(folder, venv=venv, app=str(app), config=config, limits=limits) as server:
                 target = ProbeTarget(server.base_url, uds=server.uds, allowed_hosts=(LOCAL_HOST,))
-                return _note_isolation(_report(run, target, plan=_read_plan(folder), checkpoint=checkpoint,
+                return _note_isolation(_report(run, target, plan=plan, checkpoint=checkpoint,
                                                extra=[bound], started_at=server.started_at), server)
         except sandbox.SandboxError as exc:
             return _report_without_server(run, _startup_failure(
                 ["the server did not become healthy", *_evidence(exc)],
-                f"Make `uvicorn {app}` start from the package folder and answer GET /health."), [bound])
+                f"Make `uvicorn {app}` start from the package folder and answer GET /health."), plan=plan, extra=[bound])
 
 
 def validation_execute(run: ValidationRun, *, checkpoint: Callable[[str], None]) -> RunResult:

@@ -32,6 +32,7 @@ from .report import (
 )
 from .schema import invalid_action, synthesize_action
 from .static import (
+    MAX_PLAN_BYTES,
     normalize_manifest,
     parse_runtime_plan,
     reward_range,
@@ -40,6 +41,7 @@ from .static import (
 )
 
 __all__ = [
+    "MAX_PLAN_BYTES",
     "ERROR",
     "POLICY_VERSION",
     "FAIL",

@@ -22,6 +22,7 @@ from django.utils import timezone
 from registry import manifest as mf
 from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
 from registry.models import Environment, IndexProblem, Revision, SyncRun, environment_key
+from registry.services.validation import validation_run_request
 
 logger = logging.getLogger(__name__)
 
@@ -166,8 +167,6 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
         env.save()
         _problems_resolve_except_head(env)
         if head_moved and settings.HUB_VALIDATE_NEW_REVISIONS:
-            from registry.services.validation import validation_run_request
-
             validation_run_request(revision=revision, trigger="new_revision")
     environment.refresh_from_db()
     return revision, created
