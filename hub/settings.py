@@ -215,7 +215,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "registry.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "registry.api.authentication.HubTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
     "EXCEPTION_HANDLER": "registry.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
@@ -260,6 +263,8 @@ HUB_RETRY_ATTEMPTS = env_int("HUB_RETRY_ATTEMPTS", 4)
 HUB_RETRY_BASE_S = env_float("HUB_RETRY_BASE_S", 1.0)
 # A Retry-After longer than this is cut short: one hostile header must not park a worker for hours.
 HUB_RETRY_AFTER_MAX_S = env_float("HUB_RETRY_AFTER_MAX_S", 60.0)
+# How long the Hub's answer about a token (who it is, or that it is refused) is trusted; tokens are never stored.
+HUB_IDENTITY_CACHE_S = env_int("HUB_IDENTITY_CACHE_S", 300)
 # Unset: the bundled examples, so a fresh `make run` shows a catalog offline. Set but empty: no local sources.
 HUB_LOCAL_SOURCES = [
     p for p in os.environ.get("HUB_LOCAL_SOURCES", str(BASE_DIR / "examples" / "envs")).split(":") if p.strip()
@@ -295,6 +300,8 @@ HUB_VALIDATION_MAX_ATTEMPTS = env_int("HUB_VALIDATION_MAX_ATTEMPTS", 3)
 # After our own transient failure (Hub or package index down) a run waits this long, doubling, before retrying.
 HUB_VALIDATION_RETRY_BASE_S = env_float("HUB_VALIDATION_RETRY_BASE_S", 60.0)
 HUB_VALIDATION_REPROBE_S = env_int("HUB_VALIDATION_REPROBE_S", 24 * 3600)
+# An owner's re-run of a revision waits this long after that revision's last finished run (staff don't wait).
+HUB_RERUN_COOLDOWN_S = env_int("HUB_RERUN_COOLDOWN_S", 600)
 HUB_SANDBOX_DIR = Path(env_str("HUB_SANDBOX_DIR", str(VAR_DIR / "sandbox")))
 # The interpreter sandbox venvs are built from. It must be executable by the sandbox user (nobody) for the
 # privilege drop to apply: Debian's /usr/bin/python3 is; a pyenv build under a 0700 /root is not.

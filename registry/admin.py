@@ -77,12 +77,18 @@ class SyncRunAdmin(ReadOnlyAdmin):
 
 @admin.register(ValidationRun)
 class ValidationRunAdmin(ReadOnlyAdmin):
-    list_display = ["id", "environment", "revision", "runner", "trigger", "state", "outcome", "attempts",
-                    "queued_at", "finished_at"]
+    list_display = ["id", "environment", "revision", "runner", "trigger", "requester", "state", "outcome",
+                    "attempts", "queued_at", "finished_at"]
     list_filter = ["state", "outcome", "runner", "trigger"]
-    search_fields = ["environment__key", "revision__sha"]
-    list_select_related = ["environment", "revision"]
+    search_fields = ["environment__key", "revision__sha", "requested_by_hub"]
+    list_select_related = ["environment", "revision", "requested_by"]
     actions = ["cancel"]
+
+    @admin.display(description="requested by")
+    def requester(self, run):
+        if run.requested_by_hub:
+            return f"hf:{run.requested_by_hub}"
+        return run.requested_by.get_username() if run.requested_by else ""
 
     @admin.action(description="Cancel (a running task stops at its next heartbeat)")
     def cancel(self, request, queryset):

@@ -66,6 +66,10 @@ class RevisionNotFound(HubError):
     transient = True
 
 
+class InvalidToken(HubError):
+    """The Hub refused a token (HTTP 401): it is wrong, expired or revoked."""
+
+
 class FileNotFound(HubError):
     """No such file at that revision."""
 
@@ -102,6 +106,14 @@ class SpaceFacts:
 
     def is_tagged(self) -> bool:
         return any(tag in ENVIRONMENT_TAGS for tag in self.tags)
+
+
+@dataclass(frozen=True)
+class HubAccount:
+    """Whom a token belongs to, as the Hub says: a user name and the organizations the user is a member of."""
+
+    name: str
+    orgs: tuple[str, ...] = ()
 
 
 @dataclass
@@ -200,12 +212,14 @@ class HubClient:
         self.cache_dir = Path(cache_dir or settings.HF_CACHE_DIR)
         self.sleep = sleep
 
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
+    def _call(self, what: str, fn: Callable[[], T], *, attempts: int | None = None) -> T:
         """Run one Hub call, retrying transient failures with capped exponential backoff."""
-        attempts = max(1, settings.HUB_RETRY_ATTEMPTS)
+        attempts = max(1, attempts or settings.HUB_RETRY_ATTEMPTS)
         for attempt in range(1, attempts + 1):
             try:
                 return fn()
+            except HubError:
+                raise
             except RepositoryNotFoundError as exc:
                 raise SpaceNotFound(f"{what}: the Space does not exist or is not public ({_describe(exc)})") from exc
             except RevisionNotFoundError as exc:
@@ -310,6 +324,31 @@ class HubClient:
                 repo_id=repo_id, repo_type="space", revision=sha, cache_dir=self.cache_dir, local_dir=local_dir,
             ),
         ))
+
+
+    def whoami(self, token: str) -> HubAccount:
+        """The account a Hugging Face token belongs to (`GET /api/whoami-v2`).
+
+        The token is passed through to the Hub and kept nowhere. This runs while a
+        person waits for an answer, so it is tried at most twice.
+        """
+        def ask() -> dict:
+            try:
+                return self.api.whoami(token=token)
+            except HfHubHTTPError as exc:
+                if _status(exc) == 401:
+                    raise InvalidToken("whoami: the Hub refused the token") from exc
+                raise
+        data = self._call("whoami", ask, attempts=min(2, settings.HUB_RETRY_ATTEMPTS))
+        name = data.get("name") if isinstance(data, dict) else None
+        if not isinstance(name, str) or not name or len(name) > 96:
+            raise HubError("whoami: the Hub answered without a usable account name")
+        orgs = data.get("orgs") if isinstance(data.get("orgs"), list) else []
+        org_names = tuple(
+            org["name"] for org in orgs[:1000]
+            if isinstance(org, dict) and isinstance(org.get("name"), str) and 0 < len(org["name"]) <= 96
+        )
+        return HubAccount(name=name, orgs=org_names)
 
 
 def _get_capped(url: str, headers: dict, limit: int) -> bytes:

@@ -239,6 +239,8 @@ class ValidationRun(models.Model):
     wake = models.BooleanField(default=False, help_text="May wake a sleeping Space (explicit requests only).")
     requested_by = models.ForeignKey(
         "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="validation_runs")
+    requested_by_hub = models.CharField(
+        max_length=96, blank=True, help_text="The Hugging Face account that asked for the run (token confirmed by the Hub).")
     target_url = models.CharField(max_length=500, blank=True)
 
     state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)

@@ -1,11 +1,12 @@
 """The discovery API, /api/v1/. Thin: parse input, call a selector, serialize."""
 
+from django.conf import settings
 from django.shortcuts import redirect
 from rest_framework import generics, permissions, status
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
 from rest_framework.response import Response
 
-from registry import selectors
+from registry import identity, selectors
 from registry.api.serializers import (
     EnvironmentDetailSerializer,
     EnvironmentSerializer,
@@ -64,32 +65,49 @@ class EnvironmentDetail(EnvironmentMixin, generics.RetrieveAPIView):
         return self.get_environment()
 
 
-class IsStaffOrReadOnly(permissions.BasePermission):
-    """Anyone reads; staff request validations (owners will, once identities exist)."""
+class MayRequestValidation(permissions.BasePermission):
+    """Anyone reads; staff, and the environment's owner on the Hub (by token), request validations."""
+
+    message = ("Only staff and the environment's owner may request a validation: send "
+               "'Authorization: Bearer <Hugging Face token>' of the owning account or of a member of the owning "
+               "organization.")
 
     def has_permission(self, request, view):
-        return request.method in permissions.SAFE_METHODS or bool(request.user and request.user.is_staff)
+        return request.method in permissions.SAFE_METHODS or bool(request.user and request.user.is_authenticated)
+
+    def has_object_permission(self, request, view, obj):
+        return request.method in permissions.SAFE_METHODS or identity.may_request_validation(request.user, obj)
 
 
 class ValidationRunList(EnvironmentMixin, generics.ListAPIView):
-    """GET: the environment's validation runs, newest first. POST (staff): request a run of the head revision."""
+    """GET: the environment's validation runs, newest first. POST (staff, owner): request a run of the head revision.
+
+    Owners wait HUB_RERUN_COOLDOWN_S after the revision's last finished run (429 with Retry-After); staff don't.
+    """
 
     serializer_class = ValidationRunSerializer
-    permission_classes = [IsStaffOrReadOnly]
+    permission_classes = [MayRequestValidation]
 
     def get_queryset(self):
         return selectors.validation_run_list(environment=self.get_environment())
 
     def post(self, request, *args, **kwargs):
         env = self.get_environment()
+        self.check_object_permissions(request, env)
         if env.head is None:
             raise ValidationError({"revision": "this environment has no indexed revision to validate"})
         params = ValidationRequestSerializer(data=request.data)
         params.is_valid(raise_exception=True)
-        run, created = validation.validation_run_request(
-            revision=env.head, trigger=ValidationRun.Trigger.REQUEST, runner=params.validated_data.get("runner"),
-            wake=params.validated_data["wake"], requested_by=request.user,
-        )
+        if params.validated_data.get("runner") and not request.user.is_staff:
+            raise PermissionDenied("Only staff choose the runner; owners get the hub's default for the environment.")
+        try:
+            run, created = validation.validation_run_request(
+                revision=env.head, trigger=ValidationRun.Trigger.REQUEST, runner=params.validated_data.get("runner"),
+                wake=params.validated_data["wake"], requested_by=request.user,
+                cooldown_s=0 if request.user.is_staff else settings.HUB_RERUN_COOLDOWN_S,
+            )
+        except validation.RerunTooSoon as exc:
+            raise Throttled(wait=exc.wait_s, detail="This revision was validated moments ago.") from None
         return Response(ValidationRunSerializer(run).data, status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)
 
 

@@ -17,6 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from registry.conformance import POLICY_VERSION, VALIDATOR_VERSION
+from registry.identity import HubUser
 from registry.models import Environment, Revision, ValidationRun
 
 logger = logging.getLogger(__name__)
@@ -41,12 +42,22 @@ def _enqueue(run: ValidationRun, *, countdown: float = 0) -> None:
     transaction.on_commit(lambda: validate_run.apply_async(args=[run.pk], queue="validation", countdown=countdown))
 
 
+class RerunTooSoon(Exception):
+    """The revision was validated moments ago; `wait_s` says when asking again will be accepted."""
+
+    def __init__(self, wait_s: float):
+        super().__init__(f"this revision was validated less than a cooldown ago; ask again in {wait_s:.0f} s")
+        self.wait_s = wait_s
+
+
 def validation_run_request(*, revision: Revision, trigger: str, runner: str | None = None, wake: bool = False,
-                           requested_by=None) -> tuple[ValidationRun, bool]:
+                           requested_by=None, cooldown_s: float = 0) -> tuple[ValidationRun, bool]:
     """Queue a validation of `revision`, or return the live one. Returns (run, created).
 
     At most one live run per revision and validator version (a database
-    constraint); the task is sent only once the row is committed.
+    constraint); the task is sent only once the row is committed. With
+    `cooldown_s`, a revision whose last run finished less than that long ago
+    is not run again (RerunTooSoon); a live run is still returned.
     """
     environment = revision.environment
     runner = runner or default_runner(environment)
@@ -57,12 +68,19 @@ def validation_run_request(*, revision: Revision, trigger: str, runner: str | No
     existing = live.first()
     if existing:
         return existing, False
+    if cooldown_s > 0:
+        last = (ValidationRun.objects.filter(revision=revision, finished_at__isnull=False)
+                .order_by("-finished_at").values_list("finished_at", flat=True).first())
+        if last is not None and (wait := cooldown_s - (timezone.now() - last).total_seconds()) > 0:
+            raise RerunTooSoon(wait)
+    hub_account = requested_by.name if isinstance(requested_by, HubUser) else ""
     try:
         with transaction.atomic():
             run = ValidationRun.objects.create(
                 environment=environment, revision=revision, validator_version=VALIDATOR_VERSION,
                 policy_version=POLICY_VERSION, runner=runner, trigger=trigger, wake=wake,
                 requested_by=requested_by if getattr(requested_by, "pk", None) else None,
+                requested_by_hub=hub_account,
             )
             _enqueue(run)
     except IntegrityError:

@@ -90,7 +90,7 @@ def test_unknown_environment_gives_the_error_shape(client, db):
 
 
 def test_api_is_read_only_for_anonymous_users(client, indexed):
-    assert client.post("/api/v1/environments/", {}).status_code in (403, 405)
+    assert client.post("/api/v1/environments/", {}).status_code in (401, 405)
 
 
 def test_home_lists_environments_and_their_errors_escaped(client, indexed):

@@ -111,8 +111,9 @@ def test_catalog_and_report_page(client, env):
     assert client.get("/environments/local/beta/validations/%d/" % run.pk).status_code == 404
 
 
-def test_only_staff_request_runs(client, env):
-    assert client.post("/api/v1/environments/local/alpha/validations/", {}).status_code == 403
+def test_only_staff_request_runs_of_local_environments(client, env):
+    anonymous = client.post("/api/v1/environments/local/alpha/validations/", {})
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"].startswith("Bearer")
     User.objects.create_user("user", password="pw")
     client.login(username="user", password="pw")
     assert client.post("/api/v1/environments/local/alpha/validations/", {}).status_code == 403

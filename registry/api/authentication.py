@@ -1,0 +1,44 @@
+"""`Authorization: Bearer <Hugging Face token>`: the API's way for Hub accounts to act on what they own."""
+
+from rest_framework import status
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
+from rest_framework.exceptions import APIException, AuthenticationFailed
+
+from registry import identity
+from registry.hub import HubError, InvalidToken
+
+MAX_TOKEN_LENGTH = 512
+
+
+class HubUnavailable(APIException):
+    status_code = status.HTTP_503_SERVICE_UNAVAILABLE
+    default_code = "hub_unavailable"
+    default_detail = "The Hugging Face Hub could not confirm the token right now; try again shortly."
+
+
+class HubTokenAuthentication(BaseAuthentication):
+    """A Hugging Face token, confirmed by the Hub's whoami. Requests without a Bearer header pass through."""
+
+    keyword = b"bearer"
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != self.keyword:
+            return None
+        if len(parts) != 2:
+            raise AuthenticationFailed("Send exactly one token: 'Authorization: Bearer <Hugging Face token>'.")
+        try:
+            token = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise AuthenticationFailed("The token is not ASCII; Hugging Face tokens are.") from None
+        if len(token) > MAX_TOKEN_LENGTH or not token.isprintable():
+            raise AuthenticationFailed("That is not a Hugging Face token.")
+        try:
+            return identity.hub_user_for_token(token), None
+        except InvalidToken:
+            raise AuthenticationFailed("The Hugging Face Hub did not accept this token.") from None
+        except HubError as exc:
+            raise HubUnavailable() from exc
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="openenv-hub"'

@@ -1,0 +1,77 @@
+"""Who is asking, and what they may do.
+
+Two kinds of people act on the hub: local users (staff, through the admin and
+the web pages) and Hugging Face accounts, proven by a Hugging Face token that
+the Hub itself vouches for (`whoami`). An account owns the environments
+published under its name or under an organization it belongs to, as on the
+Hub; environments from local sources have no Hub owner, so only staff act on
+them.
+
+Tokens are never stored: the Hub's answer is cached under a hash of the token
+for `HUB_IDENTITY_CACHE_S`, refusals included (a flood of bad tokens must not
+turn into a flood of calls to the Hub's rate-limited whoami).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.core.cache import cache
+
+from registry.hub import HubAccount, HubClient, InvalidToken
+from registry.models import Environment
+
+REFUSED = "refused"
+
+
+@dataclass(frozen=True)
+class HubUser:
+    """A Hugging Face account, proven by a token. Quacks enough like a Django user for DRF and templates."""
+
+    name: str
+    orgs: tuple[str, ...] = ()
+
+    is_authenticated = True
+    is_anonymous = False
+    is_staff = False
+    is_superuser = False
+    pk = None
+
+    @property
+    def username(self) -> str:
+        return self.name
+
+    def namespaces(self) -> set[str]:
+        return {self.name.lower(), *(org.lower() for org in self.orgs)}
+
+    def owns(self, environment: Environment) -> bool:
+        return environment.source == Environment.Source.HUGGINGFACE and environment.owner.lower() in self.namespaces()
+
+    def __str__(self) -> str:
+        return f"hf:{self.name}"
+
+
+def hub_user_for_token(token: str) -> HubUser:
+    """The account behind `token`, as the Hub says. Raises InvalidToken, or HubError when the Hub can't answer."""
+    key = "hub-identity:" + hashlib.sha256(token.encode()).hexdigest()
+    cached = cache.get(key)
+    if cached == REFUSED:
+        raise InvalidToken("whoami: the Hub refused the token (cached answer)")
+    if isinstance(cached, dict):
+        return HubUser(name=cached["name"], orgs=tuple(cached["orgs"]))
+    try:
+        account: HubAccount = HubClient().whoami(token)
+    except InvalidToken:
+        cache.set(key, REFUSED, settings.HUB_IDENTITY_CACHE_S)
+        raise
+    cache.set(key, {"name": account.name, "orgs": list(account.orgs)}, settings.HUB_IDENTITY_CACHE_S)
+    return HubUser(name=account.name, orgs=account.orgs)
+
+
+def may_request_validation(user, environment: Environment) -> bool:
+    """Staff may re-run any environment; a Hugging Face account may re-run the ones it owns."""
+    if user is None or not user.is_authenticated:
+        return False
+    return bool(user.is_staff) or (isinstance(user, HubUser) and user.owns(environment))

@@ -1,0 +1,143 @@
+"""Owners request re-runs with their Hugging Face token, confirmed by the Hub's whoami (the stand-in's, here)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from registry import services
+from registry.models import Environment, ValidationRun
+from registry.services import validation
+
+pytestmark = pytest.mark.django_db
+
+RUNS = "/api/v1/environments/{}/validations/"
+
+
+@pytest.fixture
+def maze(hub_stub, settings):
+    """alice/maze on the Hub stand-in, indexed, with no run yet."""
+    settings.HUB_VALIDATE_NEW_REVISIONS = False
+    hub_stub.put_space("alice/maze", {"openenv.yaml": b"name: maze\n", "README.md": b"# Maze\n"}, tags=["openenv"])
+    services.space_index_by_id(repo_id="alice/maze")
+    hub_stub.reset_requests()
+    return Environment.objects.select_related("head").get(key="alice/maze")
+
+
+def token_for(hub_stub, name: str, orgs=()) -> str:
+    """A fresh token per test, so the identity cache (Redis in CI) never answers from an earlier run."""
+    token = f"hf_{uuid.uuid4().hex}"
+    hub_stub.add_token(token, name, orgs=orgs)
+    return token
+
+
+def post(path: str, token: str | None = None, data=None, client: Client | None = None):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    return (client or Client()).post(path, data or {}, content_type="application/json", **headers)
+
+
+def test_the_owner_and_members_of_the_owning_org_request_runs(hub_stub, maze):
+    response = post(RUNS.format("alice/maze"), token_for(hub_stub, "alice"))
+    assert response.status_code == 202, response.content
+    run = ValidationRun.objects.get(pk=response.json()["id"])
+    assert (run.trigger, run.requested_by, run.requested_by_hub, run.revision) == ("request", None, "alice", maze.head)
+    assert run.runner == validation.default_runner(maze)
+
+    # An organization's member owns what the organization publishes (case-insensitively, as on the Hub).
+    hub_stub.put_space("MazeLab/hedge", {"openenv.yaml": b"name: hedge\n"}, tags=["openenv"])
+    services.space_index_by_id(repo_id="MazeLab/hedge")
+    member = token_for(hub_stub, "bob", orgs=["mazelab"])
+    response = post(RUNS.format("MazeLab/hedge"), member)
+    assert response.status_code == 202, response.content
+    assert ValidationRun.objects.get(pk=response.json()["id"]).requested_by_hub == "bob"
+
+
+def test_accounts_that_do_not_own_it_are_refused(hub_stub, maze):
+    path = RUNS.format("alice/maze")
+    stranger = post(path, token_for(hub_stub, "mallory", orgs=["alice-fans"]))
+    assert stranger.status_code == 403
+    assert stranger.json()["error"]["code"] == "permission_denied"
+    assert "owner" in stranger.json()["error"]["message"]
+
+    anonymous = post(path)
+    assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"].startswith("Bearer")
+
+    # A local account that is not staff owns nothing on the Hub either.
+    User.objects.create_user("alice", password="pw")
+    client = Client()
+    client.login(username="alice", password="pw")
+    assert post(path, client=client).status_code == 403
+    assert ValidationRun.objects.count() == 0
+
+
+@pytest.mark.parametrize("header", [
+    "Bearer", "Bearer two tokens", "Bearer hf_\x7f", "Bearer " + "x" * 600,
+])
+def test_malformed_authorization_is_401_without_asking_the_hub(hub_stub, maze, header):
+    response = Client().post(RUNS.format("alice/maze"), {}, content_type="application/json",
+                             HTTP_AUTHORIZATION=header)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "authentication_failed"
+    assert hub_stub.count("whoami") == 0
+
+
+def test_a_refused_token_is_401_and_the_refusal_is_cached(hub_stub, maze):
+    token = f"hf_{uuid.uuid4().hex}"  # never registered with the stand-in
+    for _ in range(3):
+        response = post(RUNS.format("alice/maze"), token)
+        assert response.status_code == 401
+        assert "did not accept" in response.json()["error"]["message"]
+    assert hub_stub.count("whoami") == 1
+
+
+def test_an_accepted_token_is_cached_and_reads_work_with_it(hub_stub, maze):
+    token = token_for(hub_stub, "alice")
+    assert post(RUNS.format("alice/maze"), token).status_code == 202
+    listed = Client().get(RUNS.format("alice/maze"), HTTP_AUTHORIZATION=f"Bearer {token}")
+    assert listed.status_code == 200 and listed.json()["count"] == 1
+    assert hub_stub.count("whoami") == 1
+
+
+def test_a_hub_that_cannot_answer_whoami_is_503_and_is_asked_again_later(hub_stub, maze):
+    token = token_for(hub_stub, "alice")
+    hub_stub.inject("whoami", status=500, times=None)
+    response = post(RUNS.format("alice/maze"), token)
+    assert response.status_code == 503 and response.json()["error"]["code"] == "hub_unavailable"
+    assert hub_stub.count("whoami") == 2  # one retry, then the person gets an answer
+    hub_stub.clear_injections()
+    assert post(RUNS.format("alice/maze"), token).status_code == 202  # the failure was not cached
+
+
+def test_local_environments_have_no_hub_owner(hub_stub, tiny_envs):
+    response = post(RUNS.format("local/alpha"), token_for(hub_stub, "local", orgs=["Local"]))
+    assert response.status_code == 403
+
+
+def test_owners_wait_a_cooldown_and_do_not_choose_the_runner(hub_stub, maze, settings):
+    token = token_for(hub_stub, "alice")
+    path = RUNS.format("alice/maze")
+    assert post(path, token, {"runner": "local"}).status_code == 403
+
+    first = post(path, token)
+    assert first.status_code == 202
+    assert post(path, token).json()["id"] == first.json()["id"]  # the live run is returned, not a second one
+    validation.validation_run_start(run_id=first.json()["id"])
+    validation.validation_run_finish(run_id=first.json()["id"], outcome="pass", report={"results": []})
+
+    settings.HUB_RERUN_COOLDOWN_S = 600
+    too_soon = post(path, token)
+    assert too_soon.status_code == 429
+    assert too_soon.json()["error"]["code"] == "throttled"
+    assert 590 <= int(too_soon["Retry-After"]) <= 600
+
+    User.objects.create_user("staff", password="pw", is_staff=True)
+    staff = Client()
+    staff.login(username="staff", password="pw")
+    assert post(path, client=staff).status_code == 202  # staff are not held back
+    validation.validation_run_cancel(run_id=ValidationRun.objects.latest("id").pk, reason="test")
+
+    settings.HUB_RERUN_COOLDOWN_S = 0
+    assert post(path, token).status_code == 202
