@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.paginator import Paginator
@@ -49,6 +50,7 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
         "verdict": selectors.environment_verdict(environment=env),
         "live_run": selectors.validation_run_live(environment=env),
         "runs": selectors.validation_run_list(environment=env)[:20],
+        "runs_api_url": f"{settings.SITE_URL}/api/v1/environments/{env.owner}/{env.name}/validations/",
     }
     return render(request, "registry/environment.html", context)
 

@@ -141,3 +141,11 @@ def test_owners_wait_a_cooldown_and_do_not_choose_the_runner(hub_stub, maze, set
 
     settings.HUB_RERUN_COOLDOWN_S = 0
     assert post(path, token).status_code == 202
+
+
+def test_the_environment_page_tells_owners_how_to_ask(hub_stub, maze, tiny_envs, settings):
+    settings.SITE_URL = "https://hub.example.org"
+    page = Client().get("/environments/alice/maze/").content.decode()
+    assert "Own this Space?" in page
+    assert "https://hub.example.org/api/v1/environments/alice/maze/validations/" in page
+    assert "Own this Space?" not in Client().get("/environments/local/alpha/").content.decode()
