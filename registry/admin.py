@@ -34,7 +34,9 @@ class EnvironmentAdmin(admin.ModelAdmin):
     list_display = ["key", "source", "status", "head", "likes", "runtime_stage", "updated_at"]
     list_filter = ["source", "status", "runtime_stage"]
     search_fields = ["key"]
-    readonly_fields = [f.name for f in Environment._meta.fields if f.name not in ("status", "status_reason")]
+    # Status mirrors the Hub (or the local source) and is set by the sync alone: an edit here would be undone
+    # by the next sync, and a half-edit (status without its time) would break the table's constraints.
+    readonly_fields = [f.name for f in Environment._meta.fields]
     inlines = [RevisionInline]
     actions = ["validate_head"]
 

@@ -8,12 +8,14 @@ set of exceptions below so callers never see a `huggingface_hub` type.
 
 from __future__ import annotations
 
+import email.utils
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -95,6 +97,8 @@ class SpaceFacts:
     # Root files at this sha; size is None when the listing did not say.
     files: dict[str, int | None] = field(default_factory=dict)
     files_known: bool = False
+    # When the Hub said all this: a writer holding older facts than the index already has must not move head.
+    observed_at: datetime | None = None
 
     @property
     def owner(self) -> str:
@@ -136,12 +140,11 @@ class _RetryAfterCap(httpx2.HTTPTransport):
         response = super().handle_request(request)
         value = response.headers.get("retry-after")
         if value is not None:
-            try:
-                too_long = float(value) > self.cap_s
-            except ValueError:
-                too_long = True  # an HTTP-date or garbage: use our own backoff
-            if too_long:
-                response.headers["retry-after"] = str(int(self.cap_s))
+            seconds = parse_retry_after(value)
+            if seconds is None:
+                del response.headers["retry-after"]  # garbage: the caller's own backoff applies
+            else:  # delta-seconds, an HTTP-date turned into seconds; never more than the cap
+                response.headers["retry-after"] = str(int(min(seconds, self.cap_s) + 0.999))
         return response
 
 
@@ -174,12 +177,28 @@ def _status(exc: BaseException) -> int | None:
 
 
 def _retry_after(exc: BaseException) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or HTTP-date), capped; None if absent or unreadable."""
     response = getattr(exc, "response", None)
     value = response.headers.get("retry-after") if response is not None else None
-    try:
-        return min(float(value), settings.HUB_RETRY_AFTER_MAX_S) if value is not None else None
-    except ValueError:
+    return parse_retry_after(value)
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if value is None:
         return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=timezone.utc)
+        seconds = (when - datetime.now(timezone.utc)).total_seconds()
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), settings.HUB_RETRY_AFTER_MAX_S)
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -370,38 +389,53 @@ def _get_page(url: str, params: list[tuple[str, str]] | None, headers: dict) -> 
     return response
 
 
+# A Hub repo id as the Hub allows it: owner and name of word characters, dots and dashes, 96 characters each.
+_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}", re.ASCII)
+_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+
+
+def _text(value: Any, cap: int) -> str:
+    """A string from the Hub made safe to store: NUL removed (PostgreSQL text cannot hold it), cut to `cap`."""
+    return value.replace("\x00", "")[:cap] if isinstance(value, str) else ""
+
+
 def _facts_from_info(info: Any) -> SpaceFacts | None:
+    """SpaceFacts from a listing item or space_info, or None when its id or sha is not one the Hub would give."""
     repo_id = getattr(info, "id", None)
     sha = getattr(info, "sha", None)
-    if not isinstance(repo_id, str) or "/" not in repo_id or not isinstance(sha, str):
+    if not isinstance(repo_id, str) or not _REPO_ID.fullmatch(repo_id):
+        return None
+    if not isinstance(sha, str) or not _SHA.fullmatch(sha.lower()):
         return None
     runtime = getattr(info, "runtime", None)
     siblings = getattr(info, "siblings", None)
     files: dict[str, int | None] = {}
     for sibling in siblings or []:
         name = getattr(sibling, "rfilename", None)
-        if isinstance(name, str):
-            files[name] = getattr(sibling, "size", None)
+        size = getattr(sibling, "size", None)
+        if isinstance(name, str) and name.isprintable() and 0 < len(name) <= 1000:
+            files[name] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
     card = getattr(info, "card_data", None)
     if card is not None and hasattr(card, "to_dict"):
         card = card.to_dict()
-    subdomain = getattr(info, "subdomain", None) or ""
-    host = getattr(info, "host", None) or (f"https://{subdomain}.hf.space" if subdomain else "")
+    subdomain = _text(getattr(info, "subdomain", None), 200)
+    host = _text(getattr(info, "host", None), 300) or (f"https://{subdomain}.hf.space" if subdomain else "")
     return SpaceFacts(
         repo_id=repo_id,
         sha=sha.lower(),
-        author=getattr(info, "author", None) or repo_id.split("/", 1)[0],
+        author=_text(getattr(info, "author", None), 96) or repo_id.split("/", 1)[0],
         private=bool(getattr(info, "private", False)),
         disabled=bool(getattr(info, "disabled", False)),
-        sdk=getattr(info, "sdk", None) or "",
-        tags=tuple(str(t) for t in (getattr(info, "tags", None) or []) if isinstance(t, str)),
+        sdk=_text(getattr(info, "sdk", None), 32),
+        tags=tuple(_text(t, 100) for t in (getattr(info, "tags", None) or [])[:200] if _text(t, 100)),
         card_data=card if isinstance(card, dict) else None,
-        likes=int(getattr(info, "likes", None) or 0),
+        likes=max(0, int(getattr(info, "likes", None) or 0)),
         created_at=getattr(info, "created_at", None),
         last_modified=getattr(info, "last_modified", None),
-        runtime_stage=str(getattr(runtime, "stage", "") or ""),
+        runtime_stage=_text(str(getattr(runtime, "stage", "") or ""), 32),
         subdomain=subdomain,
         host=host,
         files=files,
         files_known=siblings is not None,
+        observed_at=datetime.now(timezone.utc),
     )

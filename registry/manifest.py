@@ -82,6 +82,16 @@ class _NoAliasLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
+    def construct_object(self, node, deep=False):
+        # Valid YAML can hold values Python refuses (`2024-02-30`, a 5000-digit integer): say which and where.
+        try:
+            return super().construct_object(node, deep)
+        except (ValueError, OverflowError, TypeError) as exc:
+            what = f"the value {node.value[:40]!r}" if isinstance(node.value, str) else "a value"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{what} cannot be read ({' '.join(str(exc).split())[:120]})", node.start_mark
+            ) from None
+
 
 class YamlError(ValueError):
     pass
@@ -95,6 +105,8 @@ def load_yaml(text: str) -> Any:
         raise YamlError(" ".join(str(exc).split())) from None
     except (RecursionError, MemoryError):
         raise YamlError("the document is nested too deeply to read") from None
+    except (ValueError, OverflowError, TypeError) as exc:  # e.g. `2024-02-30`, a 5000-digit integer
+        raise YamlError(f"a value cannot be read: {' '.join(str(exc).split())[:200]}") from None
 
 
 def decode_text(raw: bytes, *, filename: str, cap: int) -> tuple[str | None, Problem | None]:
@@ -122,10 +134,12 @@ def _slug(filename: str) -> str:
 def _json_safe(value: Any) -> Any:
     """YAML can produce dates, sets and non-string keys; JSON storage needs plain data."""
     if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
+        return {str(k).replace("\x00", ""): _json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):
         return [_json_safe(v) for v in value]
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if isinstance(value, str):
+        return value.replace("\x00", "")  # escapes like "\0" parse to NUL, which PostgreSQL text cannot hold
+    if value is None or isinstance(value, (bool, int, float)):
         if isinstance(value, float) and value != value:  # NaN is not JSON
             return None
         return value
@@ -192,9 +206,9 @@ def parse_pyproject(raw: bytes) -> tuple[str, str, list[Problem]]:
         return "", "", [problem]
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, or a value Python will not convert
         return "", "", [Problem("pyproject.toml_invalid", f"pyproject.toml is not valid TOML: {exc}")]
-    project = data.get("project")
+    project = _json_safe(data.get("project"))
     if not isinstance(project, dict):
         return "", "", [Problem("pyproject.no_project", "pyproject.toml has no [project] table.")]
     name = project.get("name") if isinstance(project.get("name"), str) else ""
@@ -211,7 +225,10 @@ def parse_pyproject(raw: bytes) -> tuple[str, str, list[Problem]]:
 
 
 _SKIP_LINE = re.compile(r"^\s*(#|!\[|\[!\[|<|```|\||>|-{3,}|={3,}|\*{3,})")
-_MARKUP = re.compile(r"(\*\*|__|`|\[([^\]]*)\]\([^)]*\))")
+# Brackets exclude their own kind so that a run of unclosed `[` or `(` costs linear time, not quadratic.
+_MARKUP = re.compile(r"(\*\*|__|`|\[([^\[\]]*)\]\([^()]*\))")
+# The description is cut to MAX_DESCRIPTION_LENGTH anyway: never run markup removal on more than this.
+MAX_PARAGRAPH_CHARS = 4 * 1024
 
 
 def first_paragraph(body: str) -> str:
@@ -235,7 +252,7 @@ def first_paragraph(body: str) -> str:
                 break
             continue
         para.append(line.strip())
-    text = " ".join(para)
+    text = " ".join(para)[:MAX_PARAGRAPH_CHARS]
     text = _MARKUP.sub(lambda m: m.group(2) if m.group(2) is not None else "", text)
     return text
 

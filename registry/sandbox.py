@@ -314,7 +314,7 @@ def package_requirements(package_dir: Path) -> list[str]:
     if text is not None:
         try:
             data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
+        except (ValueError, RecursionError) as e:  # TOMLDecodeError, or a value Python will not convert
             raise RequirementsError(f"pyproject.toml is not valid TOML: {e}") from None
         project = data.get("project")
         if isinstance(project, dict) and "dependencies" in project:
@@ -1147,8 +1147,10 @@ def _plan_isolation(config: SandboxConfig, limits: SandboxLimits, *, python: Pat
             layers.append(f"user: applied: runs as {config.sandbox_user} (uid {pw.pw_uid}, gid {pw.pw_gid}) via "
                           "setpriv: no supplementary groups, no capabilities, no_new_privs")
     elif os.geteuid() != 0:
-        applied.add("user")
-        layers.append(f"user: applied: {user_note}; nothing to drop")
+        # Unprivileged already, but not separated: the server is the worker's own user and can write what
+        # the worker writes (the shared venv cache among them). That does not meet HUB_SANDBOX_REQUIRE=user.
+        layers.append(f"user: NOT applied ({user_note}): the server runs as the worker's own user "
+                      f"({user_name}) and can write what it writes, the shared venv cache included")
     else:
         layers.append(f"user: NOT applied ({user_note}): the server runs as ROOT")
 

@@ -26,6 +26,7 @@ def environment_list(*, status: str | None = Environment.Status.ACTIVE, search: 
         qs = qs.filter(status=status)
     if source:
         qs = qs.filter(source=source)
+    search = search.replace("\x00", "")  # PostgreSQL text cannot hold NUL; no name or description has one
     if search:
         qs = qs.filter(
             Q(key__icontains=search) | Q(head__manifest_name__icontains=search)

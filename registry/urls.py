@@ -1,13 +1,14 @@
 from django.urls import path
 
+from registry import converters  # noqa: F401 - registers the <part:…> converter
 from registry import views
 
 app_name = "registry"
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("environments/<str:owner>/<str:name>/", views.environment_detail, name="environment"),
-    path("environments/<str:owner>/<str:name>/validate/", views.validation_request, name="validation-request"),
-    path("environments/<str:owner>/<str:name>/validations/<int:run_id>/", views.validation_report,
+    path("environments/<part:owner>/<part:name>/", views.environment_detail, name="environment"),
+    path("environments/<part:owner>/<part:name>/validate/", views.validation_request, name="validation-request"),
+    path("environments/<part:owner>/<part:name>/validations/<int:run_id>/", views.validation_report,
          name="validation-report"),
 ]

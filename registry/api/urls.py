@@ -1,11 +1,12 @@
 from django.urls import path
 
+from registry import converters  # noqa: F401 - registers the <part:…> converter
 from registry.api import views
 
 app_name = "api"
 
-# Hub ids allow letters, digits, '-', '_' and '.'.
-_SEG = "<str:owner>/<str:name>"
+# <part:…>: see registry.converters.
+_SEG = "<part:owner>/<part:name>"
 
 urlpatterns = [
     path("environments/", views.EnvironmentList.as_view(), name="environment-list"),

@@ -181,6 +181,8 @@ class Response:
             ) from None
         except RecursionError:
             raise BadJSON(f"{self.method} {self.path} -> {self.status}: JSON nested too deeply") from None
+        except ValueError as exc:  # e.g. an integer longer than Python converts
+            raise BadJSON(f"{self.method} {self.path} -> {self.status}: unusable JSON ({snippet(str(exc), 80)})") from None
 
     def describe(self, limit: int = 160) -> str:
         """`GET /health -> 503 {"status":"unhealthy"}`, with a redirect's target."""
@@ -418,8 +420,8 @@ class WsSession:
             reply.text = message
             try:
                 reply.frame = json.loads(message)
-            except (json.JSONDecodeError, RecursionError):
-                reply.problem = f"reply is not JSON: {snippet(message, 80)!r}"
+            except (ValueError, RecursionError):  # not JSON, too deep, or an integer longer than Python converts
+                reply.problem = f"reply is not usable JSON: {snippet(message, 80)!r}"
             return reply
         reply.latency_s = time.monotonic() - started
         if reply.fatal:

@@ -11,6 +11,7 @@ import hashlib
 import logging
 import os
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,8 +126,9 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
                     space: SpaceFacts | None = None) -> tuple[Revision, bool]:
     """Store what was read at `sha` as an immutable revision and make it head. Returns (revision, created).
 
-    The head only moves forward: a revision whose Hub last-modified time is older
-    than the current head's (a slow, stale writer) is stored but not made head.
+    The head only moves on fresher news: facts the Hub gave before the environment was last
+    written (a slow writer racing a webhook or a newer sync) are stored but do not move head.
+    A Space reset to a sha indexed before is fresh news, and moves head back to it.
     """
     with transaction.atomic():
         env = Environment.objects.select_for_update().get(pk=environment.pk)
@@ -152,9 +154,9 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
             for problem in facts.problems:
                 index_problem_record(environment=env, sha=sha, problem=problem, revision=revision)
         head = env.head
-        stale = (
-            head is not None and head.sha != sha and head.hub_last_modified and revision.hub_last_modified
-            and revision.hub_last_modified < head.hub_last_modified
+        stale = bool(
+            head is not None and head.sha != sha and space is not None and space.observed_at and env.last_seen_at
+            and space.observed_at < env.last_seen_at
         )
         head_moved = not stale and env.head_id != revision.pk
         if not stale and (head_moved or env.status != Environment.Status.ACTIVE):
@@ -287,7 +289,11 @@ def _live_facts_refresh(items: list[tuple[Environment, SpaceFacts]]) -> None:
         Environment.objects.bulk_update(changed, ["likes", "runtime_stage", "hub_last_modified"], batch_size=500)
         ids = [env.pk for env, _ in items]
         for start in range(0, len(ids), 1000):
-            Environment.objects.filter(pk__in=ids[start:start + 1000]).update(last_seen_at=now)
+            batch = ids[start:start + 1000]
+            Environment.objects.filter(pk__in=batch).update(last_seen_at=now)
+            # The Hub answered for these Spaces: earlier failures to reach it no longer describe them.
+            IndexProblem.objects.filter(environment_id__in=batch, transient=True, resolved_at__isnull=True).update(
+                resolved_at=now)
 
 
 def _withdraw_if_gone(client: HubClient, environment: Environment) -> str:
@@ -352,29 +358,41 @@ def hub_sync(*, client: HubClient | None = None) -> SyncSummary:
         for key, env in known.items():
             if key not in listing.spaces and env.status == Environment.Status.ACTIVE:
                 outcome = _guarded(lambda env=env: _withdraw_if_gone(client, env), env.repo_id, env)
-                if outcome == WITHDRAWN:
-                    counts[WITHDRAWN] += 1
-                elif outcome == ERROR:
-                    counts[ERROR] += 1
+                if outcome in (NEW, UPDATED, UNCHANGED):  # still there: the listing just did not show it
+                    counts["found"] += 1
+                if outcome != SKIPPED:
+                    counts[outcome] += 1
     return _sync_run_finish(run, counts, messages=listing.errors)
 
 
 def _index_guarded(client: HubClient, space: SpaceFacts, env: Environment | None) -> str:
-    return _guarded(lambda: space_index(client=client, space=space, environment=env), space.repo_id, env)
+    def environment() -> Environment:
+        return env or environment_get_or_create(source=Environment.Source.HUGGINGFACE, owner=space.owner,
+                                                name=space.name)[0]
+    return _guarded(lambda: space_index(client=client, space=space, environment=env), space.repo_id,
+                    environment, sha=space.sha)
 
 
-def _guarded(fn, label: str, env: Environment | None) -> str:
-    """Run one item's indexing; an unexpected error is logged and recorded, and the sync goes on."""
+def _guarded(fn, label: str, env: Environment | Callable[[], Environment] | None, *, sha: str | None = None) -> str:
+    """Run one item's indexing; an unexpected error is logged and recorded, and the sync goes on.
+
+    `env` may be a callable that finds or creates the environment, so that a failure on an item seen
+    for the first time is recorded (and shown) too, not lost with the rolled-back transaction.
+    """
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - one bad item never stops the others
         logger.exception("index: %s failed", label)
-        if env is not None:
-            try:
-                index_problem_record(environment=env, sha=env.head.sha if env.head else "", problem=mf.Problem(
-                    "index.internal_error", f"Indexing failed unexpectedly ({type(exc).__name__}); it will be retried."))
-            except Exception:  # noqa: BLE001
-                logger.exception("index: could not record the failure of %s", label)
+        try:
+            target = env() if callable(env) else env
+            if target is not None:
+                at = sha if sha is not None else (target.head.sha if target.head else "")
+                index_problem_record(environment=target, sha=at, problem=mf.Problem(
+                    "index.internal_error",
+                    f"Indexing failed unexpectedly ({type(exc).__name__}: {' '.join(str(exc).split())[:200]}); "
+                    "it will be retried on the next sync.", transient=True))
+        except Exception:  # noqa: BLE001
+            logger.exception("index: could not record the failure of %s", label)
         return ERROR
 
 
@@ -502,8 +520,18 @@ def local_sync() -> SyncSummary:
             if not (folder / mf.MANIFEST_FILE).is_file():
                 continue
             counts["found"] += 1
-            seen.add(environment_key(owner, folder.name))
-            env = Environment.objects.filter(key=environment_key(owner, folder.name)).first()
+            key = environment_key(owner, folder.name)
+            env = Environment.objects.filter(key=key).first()
+            if key in seen:
+                # Two sources hold a folder of the same name for one owner: the first one listed wins.
+                messages.append(f"{folder}: {key} is already indexed from an earlier local source; not indexed.")
+                if env is not None:
+                    index_problem_record(environment=env, sha="", problem=mf.Problem(
+                        "local.duplicate_name",
+                        f"{folder} has the same id as {env.local_path}, which an earlier local source provides; "
+                        "it was not indexed. Give it another folder name or owner (`owner=path`)."))
+                continue
+            seen.add(key)
             counts[_guarded(lambda o=owner, f=folder: local_package_index(owner=o, folder=f), str(folder), env)] += 1
     for env in Environment.objects.filter(source=Environment.Source.LOCAL, status=Environment.Status.ACTIVE):
         # A source that is briefly unreadable (an unmounted volume) must not withdraw everything in it.

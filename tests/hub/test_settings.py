@@ -57,16 +57,21 @@ def test_every_setting_read_is_documented_in_env_example():
 def test_compose_file_shape():
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
-    assert set(services) == {"db", "redis", "web", "worker", "beat"}
-    for name in ("db", "redis", "web", "worker"):
+    assert set(services) == {"db", "redis", "web", "worker", "validator", "beat"}
+    for name in ("db", "redis", "web", "worker", "validator", "beat"):
         assert "healthcheck" in services[name], name
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "validator", "beat"):
         deps = services[name]["depends_on"]
         assert deps["db"]["condition"] == deps["redis"]["condition"] == "service_healthy"
         env = services[name]["environment"]
         assert env["DATABASE_URL"].startswith("postgres://") and env["REDIS_URL"].startswith("redis://")
     assert "gunicorn" in " ".join(services["web"]["command"])
-    assert "validation" in " ".join(services["worker"]["command"])
+    # Validations run in their own worker, which must isolate or refuse (never degrade silently).
+    assert services["worker"]["command"][-3:-2] == ["default"]
+    assert services["validator"]["command"][-3:-2] == ["validation"]
+    assert set(services["validator"]["environment"]["HUB_SANDBOX_REQUIRE"].split(",")) == {"net", "pid", "user"}
+    # Its venv cache lives on a volume of its own, not on the one the other services share.
+    assert services["validator"]["volumes"][0].split(":")[1] == services["validator"]["environment"]["HUB_SANDBOX_DIR"]
     assert "beat" in services["beat"]["command"]
 
 

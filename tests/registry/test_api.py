@@ -89,8 +89,13 @@ def test_unknown_environment_gives_the_error_shape(client, db):
     assert response.json() == {"error": {"code": "not_found", "message": "No environment nobody/nothing in the index."}}
 
 
-def test_api_is_read_only_for_anonymous_users(client, indexed):
-    assert client.post("/api/v1/environments/", {}).status_code in (401, 405)
+def test_the_environment_list_is_read_only(client, indexed):
+    assert client.post("/api/v1/environments/", {}).status_code == 401  # who are you?
+    from django.contrib.auth.models import User
+    User.objects.create_user("someone", password="pw", is_staff=True)
+    client.login(username="someone", password="pw")
+    assert client.post("/api/v1/environments/", {}).status_code == 405  # nobody adds environments here
+    assert client.delete("/api/v1/environments/openenv/echo_env/").status_code == 405
 
 
 def test_home_lists_environments_and_their_errors_escaped(client, indexed):
@@ -178,3 +183,33 @@ def test_local_sources_are_indexed_and_withdrawn(settings, tmp_path, db):
     # ...but a source taken out of the configuration does.
     settings.HUB_LOCAL_SOURCES = []
     assert services.local_sync().run.withdrawn == 1
+
+
+def test_two_local_sources_with_one_folder_name_do_not_flip_flop(settings, tmp_path, db):
+    for source, description in (("one", "From one"), ("two", "From two")):
+        (tmp_path / source / "echo").mkdir(parents=True)
+        (tmp_path / source / "echo" / "openenv.yaml").write_text(f"name: echo\ndescription: {description}\n")
+    settings.HUB_LOCAL_SOURCES = [str(tmp_path / "one"), str(tmp_path / "two")]
+    settings.HUB_VALIDATE_NEW_REVISIONS = False
+    first = services.local_sync().run
+    assert (first.found, first.new, first.errors) == (2, 1, 1)
+    assert "already indexed from an earlier local source" in first.messages[0]
+    second = services.local_sync().run
+    assert (second.updated, second.unchanged) == (0, 1)  # the first source wins, every time
+    echo = Environment.objects.select_related("head").get(key="local/echo")
+    assert echo.head.description == "From one" and echo.revisions.count() == 1
+    assert echo.problems.get(resolved_at__isnull=True).code == "local.duplicate_name"
+
+
+def test_admin_cannot_half_edit_an_environments_status(client, indexed):
+    from django.contrib.auth.models import User
+    User.objects.create_superuser("admin", password="pw")
+    client.login(username="admin", password="pw")
+    echo = Environment.objects.get(key="openenv/echo_env")
+    page = client.get(f"/admin/registry/environment/{echo.pk}/change/")
+    assert page.status_code == 200
+    response = client.post(f"/admin/registry/environment/{echo.pk}/change/",
+                           {"status": "withdrawn", "status_reason": "by hand"})
+    assert response.status_code in (200, 302)
+    echo.refresh_from_db()
+    assert (echo.status, echo.status_reason) == ("active", "")  # the sync owns status, with its time and reason

@@ -717,6 +717,8 @@ def fake_env(ws_behaviour: str):
                 connection.send(b"\x00\x01")
             elif ws_behaviour == "garbage":
                 connection.send("<html>nope</html>")
+            elif ws_behaviour == "bigint":  # valid JSON that Python refuses to convert
+                connection.send('{"type": "observation", "data": {"n": 1' + "0" * 5000 + "}}")
             connection.recv()
         except Exception:  # noqa: BLE001 - the client hangs up in every scenario
             pass
@@ -732,7 +734,8 @@ def fake_env(ws_behaviour: str):
     [
         ("oversized", "larger than the probe's cap"),
         ("binary", "binary frame (2 bytes) instead of JSON text"),
-        ("garbage", "reply is not JSON: '<html>nope</html>'"),
+        ("garbage", "reply is not usable JSON: '<html>nope</html>'"),
+        ("bigint", "reply is not usable JSON: '{\"type\": \"observation\", \"data\": {\"n\": 10000"),
         ("redirect", "upgrade answered 302 redirect to ws://evil.example/ws (not followed)"),
     ],
 )

@@ -141,3 +141,32 @@ def test_every_corpus_package_reads_cleanly(folder):
         assert facts.openenv_requirement == ""
     else:
         assert facts.openenv_requirement.lower().startswith("openenv")
+
+
+def test_values_python_refuses_are_problems_not_crashes():
+    for raw in (b"name: d\ncreated: 2024-02-30\n", b"name: i\nport: 1" + b"0" * 5000 + b"\n"):
+        _, data, problems = mf.parse_manifest(raw)
+        assert data is None and codes(problems) == ["manifest.yaml_invalid"]
+        assert "cannot be read" in problems[0].message and "line 2" in problems[0].message
+    assert codes(mf.parse_pyproject(b"[project]\nn = 1" + b"0" * 5000 + b"\n")[2]) == ["pyproject.toml_invalid"]
+    _, front, _, problems = mf.parse_readme(b"---\nwhen: 2023-13-45\n---\nHi\n")
+    assert front is None and codes(problems) == ["readme.front_matter_invalid"]
+
+
+def test_nul_escapes_never_reach_storage():
+    _, data, problems = mf.parse_manifest(b'name: "a\\0b"\n"k\\x00": ["\\0"]\n')
+    assert problems == [] and data == {"name": "ab", "k": [""]}
+    assert mf.parse_pyproject(b'[project]\nname = "p\\u0000q"\n')[0] == "pq"
+
+
+def test_markup_removal_is_linear_on_hostile_readmes():
+    """A README of unclosed brackets once took quadratic time: 1 MiB of them would stall a sync for hours."""
+    import threading
+
+    bodies = ["x " + "[" * mf.MAX_README_BYTES, "[a](" * (mf.MAX_README_BYTES // 4), "[" + "a" * 10 + "](" * 300_000]
+    results: list[str] = []
+    worker = threading.Thread(target=lambda: results.extend(mf.describe({}, {}, body) for body in bodies), daemon=True)
+    worker.start()
+    worker.join(timeout=30)  # linear work takes well under a second; quadratic would take hours
+    assert not worker.is_alive(), "markup removal did not finish"
+    assert all(len(r) <= mf.MAX_DESCRIPTION_LENGTH for r in results) and len(results) == 3

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import email.utils
+import json
 import math
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.core.management import call_command
@@ -51,6 +54,10 @@ def test_first_sync_indexes_every_corpus_environment(corpus_stub):
         assert {f["path"] for f in e.head.files} == {
             p.relative_to(CORPUS / name).as_posix() for p in (CORPUS / name).rglob("*") if p.is_file()}
         assert e.problems.count() == 0
+        # Tags: what the card declares (or the `openenv` tag `openenv push` writes), as the Hub lists them.
+        readme = (CORPUS / name / "README.md").read_bytes()
+        declared = mf.card_tags(mf.parse_readme(readme)[1]) if readme.startswith(b"---") else ["openenv"]
+        assert set(declared) <= set(e.head.tags), (name, declared, e.head.tags)
 
     # Names disagree by design; each is kept as the tool spells it.
     grid = env("openenv/grid_world_env").head
@@ -106,6 +113,34 @@ def test_a_new_commit_is_read_alone_and_old_revisions_stay(corpus_stub):
     assert list(e.revisions.values_list("sha", flat=True).order_by("id")) == [old.sha, new_sha]
     assert Revision.objects.filter(pk=old.pk).values().get() == old_fields  # immutable
     assert env("openenv/chess_env").likes == 7  # live facts follow the listing without a new revision
+
+
+def test_a_space_reset_to_an_indexed_sha_moves_head_back_without_reading(corpus_stub):
+    v1 = corpus_stub.put_space("rev/x", {"openenv.yaml": b"name: v1\n"}, tags=["openenv"])
+    services.hub_sync()
+    v2 = corpus_stub.put_space("rev/x", {"openenv.yaml": b"name: v2\n"}, tags=["openenv"])
+    services.hub_sync()
+    assert env("rev/x").head.sha == v2
+    corpus_stub.reset_space("rev/x", v1)
+    corpus_stub.reset_requests()
+    run = services.hub_sync().run
+    assert (run.updated, run.unchanged) == (1, 34)
+    assert env("rev/x").head.sha == v1 and env("rev/x").head.manifest_name == "v1"
+    assert corpus_stub.count("resolve") == 0 and Revision.objects.filter(environment__key="rev/x").count() == 2
+    assert services.hub_sync().run.unchanged == 35  # settled, not "updated" forever
+
+
+def test_a_slow_writer_with_older_news_does_not_move_head(corpus_stub):
+    corpus_stub.put_space("race/x", {"openenv.yaml": b"name: first\n"}, tags=["openenv"])
+    client = HubClient()
+    old_news = client.space("race/x")  # a worker reads the Space, then stalls
+    second = corpus_stub.put_space("race/x", {"openenv.yaml": b"name: second\n"}, tags=["openenv"])
+    services.space_index_by_id(repo_id="race/x")  # a webhook indexes the newer commit first
+    assert env("race/x").head.sha == second
+    assert services.space_index(client=client, space=old_news) == services.UPDATED
+    e = env("race/x")
+    assert e.head.sha == second  # the late writer's revision is stored, not made head
+    assert e.revisions.filter(sha=old_news.sha).exists()
 
 
 def test_running_the_same_index_twice_changes_nothing(corpus_stub):
@@ -187,6 +222,17 @@ def test_retry_after_is_capped(corpus_stub, settings):
     assert slept == [5.0]
 
 
+def test_retry_after_as_an_http_date_or_garbage(corpus_stub, settings):
+    settings.HUB_RETRY_AFTER_MAX_S = 60
+    slept: list[float] = []
+    in_20s = email.utils.format_datetime(datetime.now(timezone.utc) + timedelta(seconds=20), usegmt=True)
+    corpus_stub.inject("list", status=429, retry_after=in_20s, times=1)
+    corpus_stub.inject("list", status=429, retry_after="soon, maybe", times=1)
+    services.hub_sync(client=HubClient(sleep=slept.append))
+    assert 17 <= slept[0] <= 21  # the date, as seconds from now
+    assert slept[1] == settings.HUB_RETRY_BASE_S * 2  # unreadable: our own backoff (second attempt)
+
+
 def test_a_hub_that_keeps_failing_one_space_does_not_stop_the_others(corpus_stub):
     corpus_stub.inject("resolve", status=500, times=None, repo_id="openenv/chess_env")
     run = services.hub_sync().run
@@ -219,6 +265,13 @@ HOSTILE = {
     "evil/huge_readme": ({"openenv.yaml": b"name: bigreadme\n", "README.md": b"x" * (mf.MAX_README_BYTES + 1)}, "readme.too_large"),
     "evil/tagged_no_manifest": ({"README.md": b"---\ntags: [openenv]\n---\nI am tagged.\n"}, "manifest.missing"),
     "evil/bad_pyproject": ({"openenv.yaml": b"name: badpy\n", "pyproject.toml": b"[project\n"}, "pyproject.toml_invalid"),
+    # Valid YAML and TOML whose values Python refuses to convert.
+    "evil/no_such_date": ({"openenv.yaml": b"name: date\ncreated: 2024-02-30\n"}, "manifest.yaml_invalid"),
+    "evil/huge_int": ({"openenv.yaml": b"name: int\nport: 1" + b"0" * 5000 + b"\n"}, "manifest.yaml_invalid"),
+    "evil/huge_toml_int": ({"openenv.yaml": b"name: tint\n", "pyproject.toml": b"[project]\nn = 1" + b"0" * 5000 + b"\n"},
+                           "pyproject.toml_invalid"),
+    "evil/bad_card_date": ({"openenv.yaml": b"name: card\n", "README.md": b"---\nwhen: 2023-13-45\n---\nHi\n"},
+                           "readme.front_matter_invalid"),
 }
 
 
@@ -243,6 +296,98 @@ def test_hostile_spaces_are_indexed_with_clear_errors_and_stop_nothing(corpus_st
     assert env("evil/alias_bomb").head.manifest is None
     # The README is kept verbatim for people to read, whatever it says.
     assert env("evil/tagged_no_manifest").head.readme_body.strip() == "I am tagged."
+    assert "2024-02-30" in env("evil/no_such_date").problems.get(code="manifest.yaml_invalid").message
+    # A second sync reads nothing again: every hostile Space is indexed at its sha.
+    corpus_stub.reset_requests()
+    assert services.hub_sync().run.unchanged == 34 + len(HOSTILE)
+    assert corpus_stub.count("resolve") == 0
+
+
+def test_nul_and_oversized_strings_are_stored_safely(corpus_stub):
+    """PostgreSQL text holds no NUL and varchar enforces lengths: both arrive from YAML escapes and Hub JSON."""
+    corpus_stub.put_space("evil/nul", {
+        "openenv.yaml": b'name: "nu\\0ll"\ndescription: "a\\x00b"\n"k\\0": 1\n',
+        "README.md": b'---\ntags: ["x\\0y"]\n---\nHi\n',
+        "pyproject.toml": b'[project]\nname = "p\\u0000q"\ndependencies = ["openenv-core"]\n',
+    }, tags=["openenv", "t\u0000ag"], sdk="docker" + "x" * 100)
+    run = services.hub_sync().run
+    assert run.errors == 0, run.messages
+    head = env("evil/nul").head
+    assert (head.manifest_name, head.description, head.package_name) == ("null", "ab", "pq")
+    assert head.manifest == {"name": "null", "description": "ab", "k": 1}
+    assert "tag" in head.tags and len(head.sdk) == 32
+    from django.test import Client
+    assert Client().get("/api/v1/environments/?q=%00").status_code == 200
+    assert Client().get("/?q=a%00b").status_code == 200
+    assert Client().get("/api/v1/environments/a%00/b/").status_code == 404
+    assert Client().get("/environments/a%00/b/").status_code == 404
+
+
+def test_a_listing_item_with_an_impossible_sha_or_id_is_skipped(corpus_stub):
+    corpus_stub.put_space("evil/badsha", {"openenv.yaml": b"name: badsha\n"}, tags=["openenv"])
+    corpus_stub.put_space("evil/fine", {"openenv.yaml": b"name: fine\n"}, tags=["openenv"])
+    corpus_stub.inject(
+        lambda r: r.kind == "list",
+        status=200, times=None,
+        body=json.dumps([{"id": "evil/badsha", "sha": "not-a-sha", "tags": ["openenv"]},
+                         {"id": "../../etc", "sha": "a" * 40, "tags": ["openenv"]}]),
+    )
+    run = services.hub_sync().run
+    assert run.found == 0 and run.errors == 0
+    assert not Environment.objects.filter(key__in=["evil/badsha", "../../etc"]).exists()
+
+
+def test_a_failed_existence_check_is_forgotten_once_the_hub_answers(corpus_stub, settings):
+    services.hub_sync()
+    settings.HUB_RETRY_ATTEMPTS = 1
+    # echo_env leaves the listing, and space_info cannot say why.
+    corpus_stub.set_private("openenv/echo_env")
+    corpus_stub.inject("info", status=503, times=1, repo_id="openenv/echo_env")
+    run = services.hub_sync().run
+    assert (run.withdrawn, run.errors) == (0, 1)
+    assert open_codes("openenv/echo_env") == ["hub.unavailable"]
+    corpus_stub.set_private("openenv/echo_env", False)  # back in the listing, at the same sha
+    run = services.hub_sync().run
+    assert (run.unchanged, run.errors) == (34, 0)
+    assert open_codes("openenv/echo_env") == []
+
+
+def test_a_space_the_listing_missed_but_the_hub_confirms_is_counted(corpus_stub, monkeypatch):
+    services.hub_sync()
+    real = HubClient.list_environment_spaces
+
+    def listing_without_echo(self):  # search ranking or eventual consistency: the Hub forgets one
+        listing = real(self)
+        listing.spaces.pop("openenv/echo_env")
+        return listing
+
+    monkeypatch.setattr(HubClient, "list_environment_spaces", listing_without_echo)
+    corpus_stub.reset_requests()
+    run = services.hub_sync().run
+    assert (run.found, run.unchanged, run.withdrawn, run.errors) == (34, 34, 0, 0)
+    assert corpus_stub.count("info", repo_id="openenv/echo_env") == 1
+
+
+def test_an_unexpected_failure_on_a_new_space_is_recorded_and_shown(corpus_stub, monkeypatch):
+    real = mf.read_package
+
+    def explode_on_marker(files):
+        if b"explode" in (files.get(mf.MANIFEST_FILE) or b""):
+            raise RuntimeError("simulated indexer bug")
+        return real(files)
+
+    monkeypatch.setattr(mf, "read_package", explode_on_marker)
+    sha = corpus_stub.put_space("bug/first", {"openenv.yaml": b"name: explode\n"}, tags=["openenv"])
+    run = services.hub_sync().run
+    assert (run.new, run.errors) == (34, 1)
+    e = env("bug/first")
+    assert e.head is None
+    problem = e.problems.get(resolved_at__isnull=True)
+    assert (problem.code, problem.sha) == ("index.internal_error", sha)
+    assert "simulated indexer bug" in problem.message
+    monkeypatch.setattr(mf, "read_package", real)  # the bug is fixed: the next sync indexes it
+    assert services.hub_sync().run.new == 1
+    assert env("bug/first").head.sha == sha and open_codes("bug/first") == []
 
 
 def test_a_search_hit_without_manifest_is_not_an_environment(corpus_stub):

@@ -576,6 +576,15 @@ class HubStub:
             self._version += 1
             return sha
 
+    def reset_space(self, repo_id: str, sha: str) -> None:
+        """Force-push ``main`` back to an earlier commit ``sha`` of this Space (no new commit is made)."""
+        with self._lock:
+            space = self._spaces[repo_id]
+            if sha not in space.revisions:
+                raise ValueError(f"{sha} is not a commit of {repo_id}")
+            space.history.append(sha)
+            self._version += 1
+
     def delete_space(self, repo_id: str) -> None:
         """Remove the Space and all its revisions (every route then answers RepoNotFound)."""
         with self._lock:
