@@ -290,6 +290,8 @@ HUB_PROBE_ALLOWED_HOSTS = env_list("HUB_PROBE_ALLOWED_HOSTS", ["*.hf.space"])
 HUB_PROBE_CHECK_TIMEOUT_S = env_float("HUB_PROBE_CHECK_TIMEOUT_S", 15.0)
 HUB_PROBE_DEADLINE_S = env_float("HUB_PROBE_DEADLINE_S", 180.0)
 HUB_PROBE_MAX_BODY_BYTES = env_int("HUB_PROBE_MAX_BODY_BYTES", 1024 * 1024)
+# Extra startup time for a Space an explicit request wakes from sleep.
+HUB_PROBE_WAKE_S = env_float("HUB_PROBE_WAKE_S", 300.0)
 # hub.time_to_first_work warns past this (start to first reset observation).
 HUB_PROBE_FIRST_WORK_BUDGET_S = env_float("HUB_PROBE_FIRST_WORK_BUDGET_S", 60.0)
 HUB_VALIDATION_SOFT_LIMIT_S = env_int("HUB_VALIDATION_SOFT_LIMIT_S", 1200)
@@ -300,6 +302,10 @@ HUB_VALIDATION_MAX_ATTEMPTS = env_int("HUB_VALIDATION_MAX_ATTEMPTS", 3)
 # After our own transient failure (Hub or package index down) a run waits this long, doubling, before retrying.
 HUB_VALIDATION_RETRY_BASE_S = env_float("HUB_VALIDATION_RETRY_BASE_S", 60.0)
 HUB_VALIDATION_REPROBE_S = env_int("HUB_VALIDATION_REPROBE_S", 24 * 3600)
+# A Space still building or starting is looked at again this often, for at most HUB_VALIDATION_SETTLE_MAX_S
+# after the run was queued (then the run is cancelled; the re-probe comes back later). No attempt is used.
+HUB_VALIDATION_SETTLE_POLL_S = env_float("HUB_VALIDATION_SETTLE_POLL_S", 300.0)
+HUB_VALIDATION_SETTLE_MAX_S = env_float("HUB_VALIDATION_SETTLE_MAX_S", 2 * 3600.0)
 # An owner's re-run of a revision waits this long after that revision's last finished run (staff don't wait).
 HUB_RERUN_COOLDOWN_S = env_int("HUB_RERUN_COOLDOWN_S", 600)
 HUB_SANDBOX_DIR = Path(env_str("HUB_SANDBOX_DIR", str(VAR_DIR / "sandbox")))

@@ -39,6 +39,8 @@ LISTING_EXPAND = [
     "author", "cardData", "createdAt", "disabled", "lastModified", "likes", "private",
     "runtime", "sdk", "sha", "siblings", "subdomain", "tags",
 ]
+# Roles in an organization (whoami's `roleInOrg`) that let a member act for what the organization publishes.
+ORG_OWNER_ROLES = ("admin", "write")
 TRANSIENT_STATUS = {408, 425, 429, 500, 502, 503, 504}
 # A Link chain longer than this is a loop or an attack: 100 items a page would be 5 million Spaces.
 MAX_LISTING_PAGES = 50_000
@@ -114,7 +116,7 @@ class SpaceFacts:
 
 @dataclass(frozen=True)
 class HubAccount:
-    """Whom a token belongs to, as the Hub says: a user name and the organizations the user is a member of."""
+    """Whom a token belongs to, as the Hub says: a user name and the organizations the user may write to."""
 
     name: str
     orgs: tuple[str, ...] = ()
@@ -363,9 +365,11 @@ class HubClient:
         if not isinstance(name, str) or not name or len(name) > 96:
             raise HubError("whoami: the Hub answered without a usable account name")
         orgs = data.get("orgs") if isinstance(data.get("orgs"), list) else []
+        # Only organizations the account may write to: a read-only member does not own what they publish.
         org_names = tuple(
             org["name"] for org in orgs[:1000]
             if isinstance(org, dict) and isinstance(org.get("name"), str) and 0 < len(org["name"]) <= 96
+            and org.get("roleInOrg") in ORG_OWNER_ROLES
         )
         return HubAccount(name=name, orgs=org_names)
 

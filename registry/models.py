@@ -250,6 +250,8 @@ class ValidationRun(models.Model):
     worker = models.CharField(max_length=200, blank=True)
 
     queued_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the latest task message for it is due (sent, plus any countdown).")
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from registry import conformance, sandbox
@@ -34,6 +35,7 @@ from registry.services.index import local_package_digest
 logger = logging.getLogger(__name__)
 
 SLEEPING_STAGES = {"SLEEPING", "PAUSED", "STOPPED"}
+WAKEABLE_STAGES = {"SLEEPING"}  # a request wakes a sleeping Space; a paused or stopped one waits for its owner
 BROKEN_STAGES = {"BUILD_ERROR", "RUNTIME_ERROR", "CONFIG_ERROR", "NO_APP_FILE"}
 TRANSITIONAL_STAGES = {"BUILDING", "RUNNING_BUILDING", "APP_STARTING", "RUNNING_APP_STARTING", "DELETING"}
 LOCAL_HOST = "localhost"
@@ -41,6 +43,10 @@ LOCAL_HOST = "localhost"
 
 class TransientError(Exception):
     """Our side failed (the Hub, PyPI, the disk): the run is requeued, not judged."""
+
+
+class NotReady(Exception):
+    """The Space is building or starting: nothing to judge yet. The run waits for it, without using an attempt."""
 
 
 @dataclass
@@ -52,13 +58,17 @@ class RunResult:
     cancelled: bool = False
 
 
-def probe_config() -> ProbeConfig:
+def probe_config(*, waking: bool = False) -> ProbeConfig:
+    """The probe's budgets; waking a sleeping Space adds HUB_PROBE_WAKE_S to its startup (and to the deadline)."""
+    wake_s = settings.HUB_PROBE_WAKE_S if waking else 0.0
     return ProbeConfig(
         check_timeout_s=settings.HUB_PROBE_CHECK_TIMEOUT_S,
-        deadline_s=settings.HUB_PROBE_DEADLINE_S,
-        startup_timeout_s=min(settings.HUB_SANDBOX_STARTUP_S, settings.HUB_PROBE_DEADLINE_S),
+        deadline_s=settings.HUB_PROBE_DEADLINE_S + wake_s,
+        startup_timeout_s=min(settings.HUB_SANDBOX_STARTUP_S, settings.HUB_PROBE_DEADLINE_S) + wake_s,
         max_body_bytes=settings.HUB_PROBE_MAX_BODY_BYTES,
         time_to_first_work_budget_s=settings.HUB_PROBE_FIRST_WORK_BUDGET_S,
+        # The task's soft time limit must end the run, not become one check's error.
+        passthrough=(SoftTimeLimitExceeded,),
     )
 
 
@@ -84,11 +94,11 @@ def _bound(revision: Revision, *, served: str, how: str) -> CheckResult:
 
 
 def _report(run: ValidationRun, target: ProbeTarget, *, plan: bytes | None, checkpoint: Callable[[str], None],
-            extra: list[CheckResult], started_at: float | None = None) -> RunResult:
+            extra: list[CheckResult], started_at: float | None = None, waking: bool = False) -> RunResult:
     revision = run.revision
     report = conformance.run_validation(
         target, manifest=revision.manifest, files=revision.files, openenv_requirement=revision.openenv_requirement,
-        runtime_plan=plan, source=_source(run), config=probe_config(), extra_results=extra,
+        runtime_plan=plan, source=_source(run), config=probe_config(waking=waking), extra_results=extra,
         on_progress=checkpoint, started_at=started_at, manifest_problems=_manifest_problems(revision),
     )
     return RunResult(outcome=report["verdict"], report=report, target_url=target.base_url)
@@ -165,8 +175,11 @@ def run_space(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
     stage = space.runtime_stage
     if stage in SLEEPING_STAGES and not run.wake:
         return RunResult(cancelled=True, reason=f"The Space is {stage.lower()}; scheduled checks do not wake it.")
+    if stage in SLEEPING_STAGES and stage not in WAKEABLE_STAGES:
+        return RunResult(cancelled=True, reason=(
+            f"The Space is {stage.lower()} by its owner; a request cannot wake it, so there is nothing to probe."))
     if stage in TRANSITIONAL_STAGES:
-        raise TransientError(f"the Space is {stage}; trying again once it settles")
+        raise NotReady(f"the Space is {stage}")
     bound = _bound(revision, served=space.sha, how="Hub head sha at probe time")
     plan = _hub_plan(client, run)
     if stage in BROKEN_STAGES:
@@ -175,7 +188,17 @@ def run_space(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
             "The Space does not run: read its build and runtime logs on the Hub and fix the error.",
             {"runtime_stage": stage}), plan=plan, extra=[bound])
     target = ProbeTarget(space.host, allowed_hosts=tuple(settings.HUB_PROBE_ALLOWED_HOSTS))
-    return _report(run, target, plan=plan, checkpoint=checkpoint, extra=[bound])
+    result = _report(run, target, plan=plan, checkpoint=checkpoint, extra=[bound], waking=stage in SLEEPING_STAGES)
+    # The verdict belongs to the sha only if the Space still serves it now that the probe is over.
+    try:
+        after = client.space(env.repo_id).sha
+    except HubError as exc:
+        raise TransientError(f"could not confirm the served sha after the probe: {exc}") from exc
+    if after != revision.sha:
+        return RunResult(cancelled=True, reason=(
+            f"The Space moved from {revision.sha[:12]} to {after[:12]} during the probe; the result could not be "
+            "bound to either, so it was dropped."))
+    return result
 
 
 # --- local ---------------------------------------------------------------------------------------
@@ -190,10 +213,13 @@ def sandbox_config() -> sandbox.SandboxConfig:
 
 
 def sandbox_limits() -> sandbox.SandboxLimits:
+    server_s = settings.HUB_SANDBOX_STARTUP_S + settings.HUB_PROBE_DEADLINE_S + 60
     return sandbox.SandboxLimits(
         memory_bytes=settings.HUB_SANDBOX_MEMORY_MB * 2**20, cpu_seconds=settings.HUB_SANDBOX_CPU_S,
         startup_timeout_s=settings.HUB_SANDBOX_STARTUP_S,
-        wall_seconds=settings.HUB_SANDBOX_STARTUP_S + settings.HUB_PROBE_DEADLINE_S + 60,
+        wall_seconds=server_s,
+        # An install ends on pip's own timeout, with its log, before the task's soft time limit cuts it short.
+        pip_timeout_s=max(60.0, settings.HUB_VALIDATION_SOFT_LIMIT_S - server_s - 60),
     )
 
 
@@ -273,7 +299,7 @@ def run_local(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
                                                extra=[bound], started_at=server.started_at), server)
         except sandbox.SandboxError as exc:
             return _report_without_server(run, _startup_failure(
-                ["the server did not become healthy", *_evidence(exc)],
+                ["the server did not start", *_evidence(exc)],
                 f"Make `uvicorn {app}` start from the package folder and answer GET /health."), plan=plan, extra=[bound])
 
 

@@ -13,6 +13,7 @@ import threading
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
+from django.utils import timezone
 
 from registry import runners, services
 from registry.models import ValidationRun
@@ -44,11 +45,11 @@ def index_space(repo_id: str) -> str:
 class _Heartbeat:
     """Beats for a running validation from a side thread, so a long pip install or a slow probe still proves life.
 
-    `check()` raises RunNotRunning once a beat finds the run cancelled or reaped.
+    `check()` raises RunNotRunning once a beat finds the run cancelled or reaped, or started again elsewhere.
     """
 
-    def __init__(self, run_id: int, interval_s: float):
-        self.run_id, self.interval_s = run_id, interval_s
+    def __init__(self, run_id: int, interval_s: float, *, attempt: int | None = None):
+        self.run_id, self.interval_s, self.attempt = run_id, interval_s, attempt
         self.stopped = threading.Event()
         self.lost: BaseException | None = None
         self.thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
@@ -59,7 +60,7 @@ class _Heartbeat:
         try:
             while not self.stopped.wait(self.interval_s):
                 try:
-                    validation.validation_run_heartbeat(run_id=self.run_id)
+                    validation.validation_run_heartbeat(run_id=self.run_id, attempt=self.attempt)
                 except validation.RunNotRunning as exc:
                     self.lost = exc
                     return
@@ -93,35 +94,50 @@ def validate_run(self, run_id: int) -> str:
     run = validation.validation_run_start(run_id=run_id, worker=self.request.hostname or "")
     if run is None:
         return "ignored"
-    with _Heartbeat(run_id, settings.HUB_VALIDATION_HEARTBEAT_S) as beat:
+    # Every write below is fenced by this attempt: if the reaper gave the run to another worker meanwhile,
+    # this one's heartbeats stop and its verdict is dropped.
+    attempt = run.attempts
+    with _Heartbeat(run_id, settings.HUB_VALIDATION_HEARTBEAT_S, attempt=attempt) as beat:
         try:
             result = runners.validation_execute(run, checkpoint=beat.check)
         except validation.RunNotRunning:
             return "cancelled"
+        except runners.NotReady as exc:
+            poll, waited = settings.HUB_VALIDATION_SETTLE_POLL_S, (timezone.now() - run.queued_at).total_seconds()
+            if waited + poll <= settings.HUB_VALIDATION_SETTLE_MAX_S:
+                validation.validation_run_requeue(
+                    run_id=run_id, reason=f"Waiting: {exc}; looking again in {poll:.0f} s.", countdown=poll,
+                    attempt=attempt, refund_attempt=True)
+                return "waiting"
+            validation.validation_run_cancel(run_id=run_id, attempt=attempt, reason=(
+                f"Gave up waiting: {exc} after {waited / 60:.0f} min; the next re-probe will try again."))
+            return "cancelled"
         except runners.TransientError as exc:
-            backoff = settings.HUB_VALIDATION_RETRY_BASE_S * 2 ** (run.attempts - 1)
-            if run.attempts < settings.HUB_VALIDATION_MAX_ATTEMPTS and validation.validation_run_requeue(
+            backoff = settings.HUB_VALIDATION_RETRY_BASE_S * 2 ** (attempt - 1)
+            if attempt < settings.HUB_VALIDATION_MAX_ATTEMPTS and validation.validation_run_requeue(
                     run_id=run_id, reason=f"Retrying in {backoff:.0f} s after a transient failure: {exc}",
-                    countdown=backoff):
+                    countdown=backoff, attempt=attempt):
                 return "requeued"
             validation.validation_run_finish(run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
-                                             reason=f"Gave up after {run.attempts} attempts: {exc}")
+                                             reason=f"Gave up after {attempt} attempts: {exc}", attempt=attempt)
             return "error"
         except SoftTimeLimitExceeded:
             validation.validation_run_finish(
-                run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
+                run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None, attempt=attempt,
                 reason=f"The validation exceeded its time limit of {settings.HUB_VALIDATION_SOFT_LIMIT_S} s.")
             return "error"
         except Exception as exc:  # noqa: BLE001 - our bug: record it on the run rather than leave it running
             logger.exception("validation #%s failed", run_id)
             validation.validation_run_finish(run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
-                                             reason=f"The validator failed internally ({type(exc).__name__}).")
+                                             reason=f"The validator failed internally ({type(exc).__name__}).",
+                                             attempt=attempt)
             return "error"
     if result.cancelled:
-        validation.validation_run_cancel(run_id=run_id, reason=result.reason)
+        validation.validation_run_cancel(run_id=run_id, reason=result.reason, attempt=attempt)
         return "cancelled"
-    validation.validation_run_finish(run_id=run_id, outcome=result.outcome, report=result.report,
-                                     reason=result.reason, target_url=result.target_url)
+    if not validation.validation_run_finish(run_id=run_id, outcome=result.outcome, report=result.report,
+                                            reason=result.reason, target_url=result.target_url, attempt=attempt):
+        return "superseded"
     return result.outcome
 
 

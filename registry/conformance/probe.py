@@ -79,6 +79,8 @@ class ProbeConfig:
     poll_interval_s: float = 0.5
     capacity_wait_s: float = 10.0
     schema_timeout_s: float = 30.0
+    # Exceptions that end the whole run instead of becoming one check's error (e.g. a task's time limit).
+    passthrough: tuple[type[BaseException], ...] = ()
 
 
 class _Cancelled(BaseException):
@@ -208,6 +210,8 @@ class _Run:
                 "Answer every request within the probe's timeout, with a response under its size cap.",
             )
         except Exception as exc:  # noqa: BLE001 - a probe bug or an unforeseen answer fails closed
+            if isinstance(exc, self.config.passthrough):
+                raise _Cancelled(exc) from None
             result = CheckResult(check_id, ERROR, {}, [f"the probe failed on this check: {type(exc).__name__}: {exc}"])
         if result.check_id != check_id:
             raise AssertionError(f"{check_id} produced a result for {result.check_id}")

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from registry.conformance import POLICY_VERSION, VALIDATOR_VERSION
@@ -37,9 +37,17 @@ def default_runner(environment: Environment) -> str:
 
 
 def _enqueue(run: ValidationRun, *, countdown: float = 0) -> None:
+    """Send the run's task once the transaction commits, and note when that message is due (for the reaper)."""
     from workers.tasks import validate_run
 
+    ValidationRun.objects.filter(pk=run.pk).update(sent_at=timezone.now() + timedelta(seconds=countdown))
     transaction.on_commit(lambda: validate_run.apply_async(args=[run.pk], queue="validation", countdown=countdown))
+
+
+def _running(run_id: int, attempt: int | None):
+    """The run, if it is running, and (given `attempt`) still in that attempt: a superseded worker is fenced off."""
+    qs = ValidationRun.objects.filter(pk=run_id, state=State.RUNNING)
+    return qs if attempt is None else qs.filter(attempts=attempt)
 
 
 class RerunTooSoon(Exception):
@@ -101,38 +109,47 @@ def validation_run_start(*, run_id: int, worker: str = "") -> ValidationRun | No
     return ValidationRun.objects.select_related("revision", "environment").get(pk=run_id)
 
 
-def validation_run_heartbeat(*, run_id: int) -> None:
-    """Prove the worker still works on the run; raise RunNotRunning if the run was cancelled or reaped meanwhile."""
-    if not ValidationRun.objects.filter(pk=run_id, state=State.RUNNING).update(heartbeat_at=timezone.now()):
-        raise RunNotRunning(f"validation #{run_id} is no longer running")
+def validation_run_heartbeat(*, run_id: int, attempt: int | None = None) -> None:
+    """Prove the worker still works on the run; raise RunNotRunning if the run was cancelled or reaped meanwhile
+    (or, given `attempt`, started again by another worker)."""
+    if not _running(run_id, attempt).update(heartbeat_at=timezone.now()):
+        raise RunNotRunning(f"validation #{run_id} is no longer running" + (f" attempt {attempt}" if attempt else ""))
 
 
 def validation_run_finish(*, run_id: int, outcome: str, report: dict | None, reason: str = "",
-                          target_url: str = "") -> bool:
-    """running → finished with an outcome and the report. False when the run was no longer running."""
+                          target_url: str = "", attempt: int | None = None) -> bool:
+    """running → finished with an outcome and the report. False when the run was no longer running
+    (or, given `attempt`, is in a later attempt: a superseded worker's verdict is dropped)."""
     failing = [
         r["check_id"] for r in (report or {}).get("results", [])
         if r.get("status") in ("fail", "error")
     ]
-    return bool(ValidationRun.objects.filter(pk=run_id, state=State.RUNNING).update(
+    return bool(_running(run_id, attempt).update(
         state=State.FINISHED, outcome=outcome, report=report, failing_checks=failing, reason=reason[:2000],
         target_url=target_url[:500], finished_at=timezone.now(),
     ))
 
 
-def validation_run_cancel(*, run_id: int, reason: str) -> bool:
-    """queued or running → cancelled (a running task notices at its next heartbeat). False if already over."""
-    return bool(ValidationRun.objects.filter(pk=run_id, state__in=ValidationRun.LIVE_STATES).update(
-        state=State.CANCELLED, reason=reason[:2000], finished_at=timezone.now(),
-    ))
+def validation_run_cancel(*, run_id: int, reason: str, attempt: int | None = None) -> bool:
+    """queued or running → cancelled (a running task notices at its next heartbeat). False if already over
+    (or, given `attempt`, the run is no longer in it)."""
+    qs = ValidationRun.objects.filter(pk=run_id, state__in=ValidationRun.LIVE_STATES)
+    if attempt is not None:
+        qs = qs.filter(state=State.RUNNING, attempts=attempt)
+    return bool(qs.update(state=State.CANCELLED, reason=reason[:2000], finished_at=timezone.now()))
 
 
-def validation_run_requeue(*, run_id: int, reason: str, countdown: float = 0) -> bool:
+def validation_run_requeue(*, run_id: int, reason: str, countdown: float = 0, attempt: int | None = None,
+                           refund_attempt: bool = False) -> bool:
     """running → queued, for a transient failure of ours (not the environment's); the task is sent again,
-    after `countdown` seconds (a backoff, so a Hub outage is not retried in a tight loop)."""
+    after `countdown` seconds (a backoff, so a Hub outage is not retried in a tight loop).
+
+    `refund_attempt` gives the start back: waiting for a Space to finish building is not a failed attempt.
+    """
     with transaction.atomic():
-        changed = ValidationRun.objects.filter(pk=run_id, state=State.RUNNING).update(
-            state=State.QUEUED, reason=reason[:2000], heartbeat_at=None)
+        changed = _running(run_id, attempt).update(
+            state=State.QUEUED, reason=reason[:2000], heartbeat_at=None,
+            **({"attempts": F("attempts") - 1} if refund_attempt else {}))
         if changed:
             _enqueue(ValidationRun(pk=run_id), countdown=countdown)
     return bool(changed)
@@ -160,10 +177,12 @@ def validation_runs_reap(*, stale_after_s: float | None = None, max_attempts: in
                 run_id=run.pk, outcome=Outcome.ERROR, report=None,
                 reason=f"{reason} Gave up after {run.attempts} attempts.",
             )
+    cutoff = now - timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S)
     lost = ValidationRun.objects.filter(
-        state=State.QUEUED, queued_at__lt=now - timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S))
+        Q(sent_at__lt=cutoff) | Q(sent_at__isnull=True, queued_at__lt=cutoff), state=State.QUEUED)
     for run in lost.only("pk"):
-        _enqueue(run)
+        with transaction.atomic():
+            _enqueue(run)  # and its sent_at moves on: one new message per visibility timeout, not per tick
         counts["resent"] += 1
     if any(counts.values()):
         logger.warning("validation: reaper %s", counts)

@@ -758,3 +758,34 @@ def test_a_lying_websocket_fails_the_episode_with_evidence(behaviour, evidence):
     assert evidence in " | ".join(results["hub.ws_episode"]["evidence"])
     assert results["hub.schema_endpoint"]["status"] == "pass"
     assert cf.report_problems(report) == []
+
+
+def test_a_task_time_limit_ends_the_probe_instead_of_failing_one_check():
+    """Celery's soft time limit arrives as an exception from a signal handler, in the middle of some check."""
+    import signal
+
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()  # accepts connections (the kernel does) and never answers
+        port = listener.getsockname()[1]
+
+        def time_limit(signum, frame):
+            raise SoftTimeLimitExceeded()
+
+        previous = signal.signal(signal.SIGALRM, time_limit)
+        signal.setitimer(signal.ITIMER_REAL, 1.0)
+        started = time.monotonic()
+        try:
+            with pytest.raises(SoftTimeLimitExceeded):
+                cf.run_validation(
+                    cf.ProbeTarget(f"http://127.0.0.1:{port}", allowed_hosts=("127.0.0.1",)),
+                    manifest={"name": "x"}, files=[], openenv_requirement="", runtime_plan=None, source={},
+                    config=cf.ProbeConfig(startup_timeout_s=30, deadline_s=60,
+                                          passthrough=(SoftTimeLimitExceeded,)),
+                )
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert time.monotonic() - started < 10

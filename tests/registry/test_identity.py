@@ -27,10 +27,10 @@ def maze(hub_stub, settings):
     return Environment.objects.select_related("head").get(key="alice/maze")
 
 
-def token_for(hub_stub, name: str, orgs=()) -> str:
+def token_for(hub_stub, name: str, orgs=(), role: str = "write") -> str:
     """A fresh token per test, so the identity cache (Redis in CI) never answers from an earlier run."""
     token = f"hf_{uuid.uuid4().hex}"
-    hub_stub.add_token(token, name, orgs=orgs)
+    hub_stub.add_token(token, name, orgs=orgs, role=role)
     return token
 
 
@@ -61,6 +61,12 @@ def test_accounts_that_do_not_own_it_are_refused(hub_stub, maze):
     assert stranger.status_code == 403
     assert stranger.json()["error"]["code"] == "permission_denied"
     assert "owner" in stranger.json()["error"]["message"]
+
+    for role in ("read", "contributor"):  # members who cannot write to the organization do not own its Spaces
+        hub_stub.put_space(f"MazeLab/r{role}", {"openenv.yaml": b"name: r\n"}, tags=["openenv"])
+        services.space_index_by_id(repo_id=f"MazeLab/r{role}")
+        member = post(RUNS.format(f"MazeLab/r{role}"), token_for(hub_stub, "carol", orgs=["MazeLab"], role=role))
+        assert member.status_code == 403, role
 
     anonymous = post(path)
     assert anonymous.status_code == 401 and anonymous["WWW-Authenticate"].startswith("Bearer")

@@ -62,12 +62,16 @@ def test_local_runner_passes_a_good_environment(local_envs):
     ("reward_out_of_range", "runtime.reward_well_formed"),
     ("step_count_frozen", "runtime.state_contract"),
     ("partial_http", "hub.http_mode"),
+    ("health_failing", "runtime.startup"),
 ])
 def test_local_runner_fails_broken_environments_on_the_right_check(local_envs, name, check_id):
     run = validate(env(f"broken/{name}"))
     assert run.outcome == "fail", run.report
     assert check_id in run.failing_checks
     assert result(run, check_id)["evidence"] and result(run, check_id)["remediation"]
+    if name == "health_failing":  # the sandbox hands over as soon as the app answers; the probe tells why
+        assert "the app is up and /health is not healthy" in " ".join(result(run, check_id)["evidence"])
+        assert statuses(run)["hub.schema_endpoint"] == "pass"
 
 
 def test_local_runner_refuses_a_folder_that_changed_since_indexing(local_envs, tmp_path, settings):
@@ -131,9 +135,68 @@ def test_a_sleeping_space_is_not_woken_by_a_schedule(echo_space, corpus_stub):
     run = validate(env("openenv/echo_example"), runner="space", trigger="schedule", wake=False)
     assert run.state == "cancelled" and run.outcome is None and "sleeping" in run.reason
     assert run.report is None
-    # An explicit request may wake it (the probe's first request does).
+
+
+
+def test_an_explicit_request_wakes_a_sleeping_space(echo_space, corpus_stub, settings):
+    """The Space is really down when the probe starts; its first requests wake it, within the wake budget only."""
+    corpus_stub.update_space("openenv/echo_example", runtime_stage="SLEEPING")
+    settings.HUB_SANDBOX_STARTUP_S = 1.0  # an awake Space gets one second...
+    settings.HUB_PROBE_WAKE_S = 120.0  # ...a sleeping one as long as waking takes
+    echo_space.stop()
+    asleep = EnvServer(EXAMPLES / "echo_env", python=echo_space.python)  # not started: nothing listens yet
+    corpus_stub.update_space("openenv/echo_example", host=asleep.base_url)
+    waking = threading.Timer(1.0, asleep.start)
+    waking.start()
+    try:
+        run = validate(env("openenv/echo_example"), runner="space", wake=True)
+    finally:
+        waking.join()
+        asleep.stop()
+    assert run.outcome == "pass", run.report
+    startup = result(run, "runtime.startup")
+    assert startup["measured"]["attempts"] > 1  # it was not up at first
+
+
+def test_a_building_space_is_waited_for_without_using_attempts(echo_space, corpus_stub, settings):
+    corpus_stub.update_space("openenv/echo_example", runtime_stage="BUILDING")
+    run, _ = validation.validation_run_request(revision=env("openenv/echo_example").head, trigger="new_revision",
+                                               runner="space")
+    for _ in range(settings.HUB_VALIDATION_MAX_ATTEMPTS + 1):  # more looks than attempts allow
+        assert validate_run(run.pk) == "waiting"
+        run.refresh_from_db()
+        assert (run.state, run.attempts) == ("queued", 0) and run.reason.startswith("Waiting: the Space is BUILDING")
+    corpus_stub.update_space("openenv/echo_example", runtime_stage="RUNNING")  # the build finished
+    assert validate_run(run.pk) == "pass"
+
+    corpus_stub.update_space("openenv/echo_example", runtime_stage="APP_STARTING")
+    settings.HUB_VALIDATION_SETTLE_MAX_S = 0  # and now it never settles
+    run, _ = validation.validation_run_request(revision=env("openenv/echo_example").head, trigger="request",
+                                               runner="space")
+    assert validate_run(run.pk) == "cancelled"
+    run.refresh_from_db()
+    assert run.state == "cancelled" and run.reason.startswith("Gave up waiting: the Space is APP_STARTING")
+
+
+def test_a_paused_space_is_not_probed_even_on_request(echo_space, corpus_stub):
+    corpus_stub.update_space("openenv/echo_example", runtime_stage="PAUSED")
     run = validate(env("openenv/echo_example"), runner="space", wake=True)
-    assert run.outcome == "pass"
+    assert run.state == "cancelled" and "paused by its owner" in run.reason
+
+
+def test_a_space_that_moves_during_the_probe_gets_no_verdict(echo_space, corpus_stub, monkeypatch):
+    from registry import runners
+
+    real = runners._report
+
+    def report_then_push(*args, **kwargs):
+        result = real(*args, **kwargs)
+        corpus_stub.put_space("openenv/echo_example", {"openenv.yaml": b"name: echo_env\n"})  # pushed meanwhile
+        return result
+
+    monkeypatch.setattr(runners, "_report", report_then_push)
+    run = validate(env("openenv/echo_example"), runner="space")
+    assert run.state == "cancelled" and "moved from" in run.reason and run.report is None
 
 
 def test_a_space_in_build_error_fails_with_its_stage(echo_space, corpus_stub):

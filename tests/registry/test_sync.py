@@ -143,6 +143,16 @@ def test_a_slow_writer_with_older_news_does_not_move_head(corpus_stub):
     assert e.revisions.filter(sha=old_news.sha).exists()
 
 
+def test_the_database_refuses_to_change_a_revision(corpus_stub):
+    from django.db import IntegrityError, transaction
+
+    services.hub_sync()
+    head = env("openenv/echo_env").head
+    with pytest.raises(IntegrityError, match="immutable"), transaction.atomic():
+        Revision.objects.filter(pk=head.pk).update(description="rewritten")
+    assert Revision.objects.get(pk=head.pk).description == head.description
+
+
 def test_running_the_same_index_twice_changes_nothing(corpus_stub):
     client = HubClient()
     listing = client.list_environment_spaces()

@@ -101,11 +101,46 @@ def test_reaper_requeues_then_gives_up(env, settings, django_capture_on_commit_c
 
 def test_reaper_resends_queued_runs_whose_message_was_lost(env, settings, django_capture_on_commit_callbacks):
     run, _ = validation.validation_run_request(revision=env.head, trigger="request")
-    ValidationRun.objects.filter(pk=run.pk).update(
-        queued_at=timezone.now() - timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S + 1))
+    long_ago = timezone.now() - timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S + 1)
+    ValidationRun.objects.filter(pk=run.pk).update(queued_at=long_ago)
+    assert validation.validation_runs_reap()["resent"] == 0  # queued long ago, but its message was sent just now
+    ValidationRun.objects.filter(pk=run.pk).update(sent_at=long_ago)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert validation.validation_runs_reap()["resent"] == 1
     assert len(callbacks) == 1
+    # One new message per visibility timeout, not one per reaper tick.
+    assert validation.validation_runs_reap()["resent"] == 0
+    assert ValidationRun.objects.get(pk=run.pk).sent_at > timezone.now() - timedelta(seconds=60)
+
+
+def test_a_backoff_is_not_cut_short_by_the_reaper(env, settings):
+    run, _ = validation.validation_run_request(revision=env.head, trigger="request")
+    validation.validation_run_start(run_id=run.pk)
+    long_ago = timezone.now() - timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S + 1)
+    ValidationRun.objects.filter(pk=run.pk).update(queued_at=long_ago)
+    assert validation.validation_run_requeue(run_id=run.pk, reason="Hub down", countdown=120)
+    assert ValidationRun.objects.get(pk=run.pk).sent_at > timezone.now() + timedelta(seconds=100)
+    assert validation.validation_runs_reap()["resent"] == 0
+
+
+def test_a_superseded_attempt_is_fenced_off(env, settings):
+    """Attempt 1 goes silent, the reaper hands the run to attempt 2; attempt 1 wakes up and must change nothing."""
+    run, _ = validation.validation_run_request(revision=env.head, trigger="request")
+    first = validation.validation_run_start(run_id=run.pk, worker="w1")
+    ValidationRun.objects.filter(pk=run.pk).update(
+        heartbeat_at=timezone.now() - timedelta(seconds=settings.HUB_VALIDATION_STALE_S + 5))
+    assert validation.validation_runs_reap()["requeued"] == 1
+    second = validation.validation_run_start(run_id=run.pk, worker="w2")
+    assert (first.attempts, second.attempts) == (1, 2)
+    with pytest.raises(validation.RunNotRunning):
+        validation.validation_run_heartbeat(run_id=run.pk, attempt=1)
+    assert not validation.validation_run_finish(run_id=run.pk, outcome=Outcome.FAIL, report={}, attempt=1)
+    assert not validation.validation_run_cancel(run_id=run.pk, reason="late", attempt=1)
+    assert not validation.validation_run_requeue(run_id=run.pk, reason="late", attempt=1)
+    validation.validation_run_heartbeat(run_id=run.pk, attempt=2)
+    assert validation.validation_run_finish(run_id=run.pk, outcome=Outcome.PASS, report={"results": []}, attempt=2)
+    run.refresh_from_db()
+    assert (run.state, run.outcome, run.worker) == (State.FINISHED, Outcome.PASS, "w2")
 
 
 def test_scheduled_reprobe_skips_fresh_results(env):

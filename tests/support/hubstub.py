@@ -682,8 +682,9 @@ class HubStub:
             shas[repo_id] = self.put_space(repo_id, files, **put_kwargs)
         return shas
 
-    def add_token(self, token: str, name: str, *, orgs: Iterable[str] = ()) -> None:
-        """Make ``GET /api/whoami-v2`` with ``Authorization: Bearer {token}`` answer as user ``name``."""
+    def add_token(self, token: str, name: str, *, orgs: Iterable[str] = (), role: str = "write") -> None:
+        """Make ``GET /api/whoami-v2`` with ``Authorization: Bearer {token}`` answer as user ``name``,
+        a member of ``orgs`` with ``roleInOrg`` ``role`` (admin, write, contributor or read)."""
         with self._lock:
             self._tokens[token] = {
                 "type": "user",
@@ -699,6 +700,7 @@ class HubStub:
                         "id": hashlib.sha1(f"org:{org}".encode()).hexdigest()[:24],
                         "name": org,
                         "fullname": org,
+                        "roleInOrg": role,
                     }
                     for org in orgs
                 ],
