@@ -104,7 +104,7 @@ def main(argv: list[str]) -> None:
         t3 = time.perf_counter()
     t4 = time.perf_counter()
     print(f"  venv (cached)           {(t1 - t0) * 1000:8.1f} ms")
-    print(f"  server start to healthy {(t2 - t1) * 1000:8.1f} ms")
+    print(f"  server start to first answer {(t2 - t1) * 1000:8.1f} ms")
     print(f"  probe over Unix socket  {(t3 - t2) * 1000:8.1f} ms   verdict {report['verdict']}")
     print(f"  teardown                {(t4 - t3) * 1000:8.1f} ms")
 
