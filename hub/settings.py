@@ -65,9 +65,19 @@ def env_list(name: str, default: list[str], sep: str = ",") -> list[str]:
 
 
 def database_from_url(url: str) -> dict:
-    """Turn postgres://user:pass@host:port/name?opt=v or sqlite:///path into a DATABASES entry."""
-    parts = urlsplit(url)
-    options = dict(parse_qsl(parts.query))
+    """Turn postgres://user:pass@host:port/name?opt=v or sqlite:///path into a DATABASES entry.
+
+    A malformed URL is an ImproperlyConfigured that never repeats the URL (it may hold a password).
+    """
+    try:
+        parts = urlsplit(url)
+        options = dict(parse_qsl(parts.query))
+        port = parts.port
+    except ValueError as exc:
+        reason = "its port is not a number" if "port" in str(exc).lower() else "it cannot be parsed"
+        raise ImproperlyConfigured(
+            f"DATABASE_URL is malformed: {reason} (percent-encode '@', ':', '/', '?' and '#' in the password)"
+        ) from None
     if parts.scheme in ("postgres", "postgresql", "pgsql"):
         return {
             "ENGINE": "django.db.backends.postgresql",
@@ -75,14 +85,18 @@ def database_from_url(url: str) -> dict:
             "USER": unquote(parts.username or ""),
             "PASSWORD": unquote(parts.password or ""),
             "HOST": parts.hostname or "",
-            "PORT": str(parts.port or ""),
+            "PORT": str(port or ""),
             "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 60),
             "CONN_HEALTH_CHECKS": True,
             "OPTIONS": options,
         }
     if parts.scheme == "sqlite":
         # sqlite:///relative/path or sqlite:////absolute/path
-        path = parts.path[1:] if parts.path.startswith("//") else parts.path.lstrip("/")
+        if parts.netloc:
+            raise ImproperlyConfigured(
+                f"DATABASE_URL sqlite://{parts.netloc}… names a host; use sqlite:///relative/path or "
+                "sqlite:////absolute/path")
+        path = unquote(parts.path[1:] if parts.path.startswith("//") else parts.path.lstrip("/"))
         if parts.path.startswith("//"):
             path = "/" + path.lstrip("/")
         return {"ENGINE": "django.db.backends.sqlite3", "NAME": path or str(VAR_DIR / "hub.sqlite3")}
@@ -265,6 +279,8 @@ HUB_RETRY_BASE_S = env_float("HUB_RETRY_BASE_S", 1.0)
 HUB_RETRY_AFTER_MAX_S = env_float("HUB_RETRY_AFTER_MAX_S", 60.0)
 # How long the Hub's answer about a token (who it is, or that it is refused) is trusted; tokens are never stored.
 HUB_IDENTITY_CACHE_S = env_int("HUB_IDENTITY_CACHE_S", 300)
+# Tokens the cache does not know, per client address and minute (each costs a call to the Hub's whoami).
+HUB_IDENTITY_LOOKUPS_PER_MINUTE = env_int("HUB_IDENTITY_LOOKUPS_PER_MINUTE", 20)
 # Unset: the bundled examples, so a fresh `make run` shows a catalog offline. Set but empty: no local sources.
 HUB_LOCAL_SOURCES = [
     p for p in os.environ.get("HUB_LOCAL_SOURCES", str(BASE_DIR / "examples" / "envs")).split(":") if p.strip()

@@ -2,15 +2,17 @@
 
 from django.urls import register_converter
 
+from registry.models import ID_PART
+
 
 class RepoPartConverter:
-    """One part of an environment id (owner or name): anything but '/' and control characters.
+    """One part of an environment id (owner or name), as `registry.models.ID_PART` allows it.
 
-    Hub ids use letters, digits, '-', '_' and '.'; local folder names may use more. Control characters
-    (NUL above all, which PostgreSQL text cannot hold) never name an environment: such a path is a 404.
+    Anything else (a NUL, which PostgreSQL text cannot hold, a '?', a '%') never names an environment:
+    such a path is a 404 before any query runs.
     """
 
-    regex = r"[^/\x00-\x1f\x7f]{1,200}"
+    regex = ID_PART
 
     def to_python(self, value: str) -> str:
         return value

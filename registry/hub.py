@@ -31,6 +31,8 @@ from huggingface_hub.errors import (
 )
 from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
+from registry.models import ID_PART
+
 logger = logging.getLogger(__name__)
 
 ENVIRONMENT_TAGS = ("openenv", "agent-environment")
@@ -393,8 +395,8 @@ def _get_page(url: str, params: list[tuple[str, str]] | None, headers: dict) -> 
     return response
 
 
-# A Hub repo id as the Hub allows it: owner and name of word characters, dots and dashes, 96 characters each.
-_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]{0,95}/[\w.-]{1,96}", re.ASCII)
+# A Hub repo id as the Hub allows it; an item with any other id is not indexed.
+_REPO_ID = re.compile(f"{ID_PART}/{ID_PART}")
 _SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 

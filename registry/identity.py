@@ -15,6 +15,7 @@ turn into a flood of calls to the Hub's rate-limited whoami).
 from __future__ import annotations
 
 import hashlib
+import time
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -53,14 +54,39 @@ class HubUser:
         return f"hf:{self.name}"
 
 
-def hub_user_for_token(token: str) -> HubUser:
-    """The account behind `token`, as the Hub says. Raises InvalidToken, or HubError when the Hub can't answer."""
+class TooManyLookups(Exception):
+    """This client asked about too many tokens the cache does not know; `wait_s` until the next window."""
+
+    def __init__(self, wait_s: float):
+        super().__init__(f"too many token lookups; wait {wait_s:.0f} s")
+        self.wait_s = wait_s
+
+
+def _lookup_allowed(client: str) -> float:
+    """0 if `client` may cause one more whoami call in this minute, else the seconds until the next minute."""
+    now = time.time()
+    key = f"hub-identity-lookups:{client}:{int(now // 60)}"
+    cache.add(key, 0, 120)
+    try:
+        count = cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.add(key, 1, 120)
+        count = 1
+    return 0.0 if count <= settings.HUB_IDENTITY_LOOKUPS_PER_MINUTE else 60 - now % 60
+
+
+def hub_user_for_token(token: str, *, client: str = "") -> HubUser:
+    """The account behind `token`, as the Hub says. Raises InvalidToken, HubError when the Hub can't
+    answer, or TooManyLookups when `client` (an address) asked about too many unknown tokens this minute."""
     key = "hub-identity:" + hashlib.sha256(token.encode()).hexdigest()
     cached = cache.get(key)
     if cached == REFUSED:
         raise InvalidToken("whoami: the Hub refused the token (cached answer)")
     if isinstance(cached, dict):
         return HubUser(name=cached["name"], orgs=tuple(cached["orgs"]))
+    wait_s = _lookup_allowed(client)
+    if wait_s:
+        raise TooManyLookups(wait_s)
     try:
         account: HubAccount = HubClient().whoami(token)
     except InvalidToken:

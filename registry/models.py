@@ -12,6 +12,9 @@ from django.db.models import Q
 from django.db.models.functions import Lower
 
 SHA_PATTERN = r"^([0-9a-f]{40}|[0-9a-f]{64})$"
+# One part of an environment id (owner or name), as the Hub allows it: ASCII letters, digits, '_', '.', '-'.
+# Local folders are held to the same rule, so every id is a plain URL path segment.
+ID_PART = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,95}"
 
 
 def environment_key(owner: str, name: str) -> str:

@@ -11,6 +11,7 @@ from django.core.paginator import Paginator
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
@@ -50,7 +51,7 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
         "verdict": selectors.environment_verdict(environment=env),
         "live_run": selectors.validation_run_live(environment=env),
         "runs": selectors.validation_run_list(environment=env)[:20],
-        "runs_api_url": f"{settings.SITE_URL}/api/v1/environments/{env.owner}/{env.name}/validations/",
+        "runs_api_url": settings.SITE_URL + reverse("api:validation-list", kwargs={"owner": env.owner, "name": env.name}),
     }
     return render(request, "registry/environment.html", context)
 

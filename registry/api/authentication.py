@@ -2,7 +2,8 @@
 
 from rest_framework import status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.exceptions import APIException, AuthenticationFailed
+from rest_framework.exceptions import APIException, AuthenticationFailed, Throttled
+from rest_framework.permissions import SAFE_METHODS
 
 from registry import identity
 from registry.hub import HubError, InvalidToken
@@ -17,11 +18,18 @@ class HubUnavailable(APIException):
 
 
 class HubTokenAuthentication(BaseAuthentication):
-    """A Hugging Face token, confirmed by the Hub's whoami. Requests without a Bearer header pass through."""
+    """A Hugging Face token, confirmed by the Hub's whoami, for the requests that change something.
+
+    Reads are public: a token sent with a GET is not looked at (a client that always attaches one must
+    not lose reads to a Hub outage, nor spend the Hub's whoami quota). Tokens the cache does not know
+    cost a whoami call, so each client address may ask for at most HUB_IDENTITY_LOOKUPS_PER_MINUTE.
+    """
 
     keyword = b"bearer"
 
     def authenticate(self, request):
+        if request.method in SAFE_METHODS:
+            return None
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword:
             return None
@@ -34,7 +42,9 @@ class HubTokenAuthentication(BaseAuthentication):
         if len(token) > MAX_TOKEN_LENGTH or not token.isprintable():
             raise AuthenticationFailed("That is not a Hugging Face token.")
         try:
-            return identity.hub_user_for_token(token), None
+            return identity.hub_user_for_token(token, client=request.META.get("REMOTE_ADDR", "")), None
+        except identity.TooManyLookups as exc:
+            raise Throttled(wait=exc.wait_s, detail="Too many new tokens from this address.") from None
         except InvalidToken:
             raise AuthenticationFailed("The Hugging Face Hub did not accept this token.") from None
         except HubError as exc:

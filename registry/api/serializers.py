@@ -1,5 +1,6 @@
 """API representations of the index."""
 
+from django.urls import reverse
 from rest_framework import serializers
 
 from registry.models import Environment, IndexProblem, Revision, ValidationRun
@@ -87,7 +88,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
 
     def get_url(self, env: Environment) -> str:
         request = self.context.get("request")
-        path = f"/api/v1/environments/{env.owner}/{env.name}/"
+        path = reverse("api:environment-detail", kwargs={"owner": env.owner, "name": env.name})
         return request.build_absolute_uri(path) if request else path
 
 

@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.shortcuts import redirect
+from django.urls import reverse
 from rest_framework import generics, permissions, status
 from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
 from rest_framework.response import Response
@@ -58,7 +59,8 @@ class EnvironmentDetail(EnvironmentMixin, generics.RetrieveAPIView):
         env = self.get_object()
         if (env.owner, env.name) != (kwargs["owner"], kwargs["name"]):
             query = f"?{request.META['QUERY_STRING']}" if request.META.get("QUERY_STRING") else ""
-            return redirect(f"/api/v1/environments/{env.owner}/{env.name}/{query}", permanent=True)
+            path = reverse("api:environment-detail", kwargs={"owner": env.owner, "name": env.name})
+            return redirect(f"{path}{query}", permanent=True)
         return super().get(request, *args, **kwargs)
 
     def get_object(self):

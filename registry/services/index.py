@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from registry import manifest as mf
 from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
-from registry.models import Environment, IndexProblem, Revision, SyncRun, environment_key
+from registry.models import ID_PART, Environment, IndexProblem, Revision, SyncRun, environment_key
 from registry.services.validation import validation_run_request
 
 logger = logging.getLogger(__name__)
@@ -516,8 +517,16 @@ def local_sync() -> SyncSummary:
             messages.append(f"Local source {root} is not a folder; its environments are kept as they were.")
             unreadable.add(root.resolve())
             continue
+        if not re.fullmatch(ID_PART, owner):
+            messages.append(f"Local source {root}: owner {owner!r} is not a valid id part "
+                            "(letters, digits, '_', '.', '-'); the source was skipped.")
+            continue
         for folder in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
             if not (folder / mf.MANIFEST_FILE).is_file():
+                continue
+            if not re.fullmatch(ID_PART, folder.name):
+                messages.append(f"{folder}: {folder.name!r} is not a valid environment name (letters, digits, "
+                                "'_', '.', '-', at most 96); not indexed.")
                 continue
             counts["found"] += 1
             key = environment_key(owner, folder.name)

@@ -27,6 +27,15 @@ def test_database_from_url_sqlite_and_errors():
     assert s.database_from_url("sqlite:///var/x.sqlite3")["NAME"] == "var/x.sqlite3"
     with pytest.raises(ImproperlyConfigured, match="mysql"):
         s.database_from_url("mysql://x/y")
+    assert s.database_from_url("sqlite:///var/my%20db.sqlite3")["NAME"] == "var/my db.sqlite3"
+    with pytest.raises(ImproperlyConfigured, match="sqlite:///relative/path"):
+        s.database_from_url("sqlite://var/hub.sqlite3")  # two slashes: 'var' would be a host
+
+
+def test_a_malformed_database_url_never_shows_the_password():
+    with pytest.raises(ImproperlyConfigured, match="DATABASE_URL is malformed") as info:
+        s.database_from_url("postgres://hub:Sup3rS3cret#1@db:5432/hub")  # '#' not percent-encoded
+    assert "Sup3r" not in str(info.value)
 
 
 def test_env_helpers_are_strict(monkeypatch):

@@ -213,3 +213,26 @@ def test_admin_cannot_half_edit_an_environments_status(client, indexed):
     assert response.status_code in (200, 302)
     echo.refresh_from_db()
     assert (echo.status, echo.status_reason) == ("active", "")  # the sync owns status, with its time and reason
+
+
+def test_local_folders_whose_names_are_not_ids_are_skipped_with_a_message(settings, tmp_path, db, client):
+    root = tmp_path / "envs"
+    for name in ("good", "tab\tname", "q?x#y", "pct%2Fz", "é"):
+        (root / name).mkdir(parents=True)
+        (root / name / "openenv.yaml").write_text("name: x\n")
+    settings.HUB_LOCAL_SOURCES = [str(root), f"a/b={root}"]
+    settings.HUB_VALIDATE_NEW_REVISIONS = False
+    run = services.local_sync().run
+    assert run.new == 1 and list(Environment.objects.values_list("key", flat=True)) == ["local/good"]
+    assert sum("is not a valid environment name" in m for m in run.messages) == 4
+    assert any("owner 'a/b' is not a valid id part" in m for m in run.messages)
+    assert client.get("/").status_code == 200
+
+
+def test_every_api_error_has_the_api_shape(client, db):
+    for path in ("/api/v1/nope/", "/api/v1/environments/a/b/c/d/", "/api/v1/environments/a%00/b/",
+                 "/api/v1/environments/?format=xml"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert response.json()["error"]["code"] == "not_found", path
+    assert client.get("/api/v1/nope").status_code == 301  # APPEND_SLASH, then the JSON 404 above

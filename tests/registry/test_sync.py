@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from registry import manifest as mf
 from registry import services
@@ -431,7 +432,9 @@ def test_index_space_command(corpus_stub, capsys):
     assert "withdrawn 1" in capsys.readouterr().out
     assert env("openenv/echo_env").status == Environment.Status.WITHDRAWN
 
-    call_command("index_space", "nobody/nothing")
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("index_space", "nobody/nothing")
+    assert exit_info.value.code == 1
     captured = capsys.readouterr()
     assert "found 0" in captured.out and "no such public Space" in captured.err
 
@@ -442,3 +445,12 @@ def test_sync_hub_command_prints_a_summary(corpus_stub, capsys, settings, tmp_pa
     out = capsys.readouterr().out
     assert f"hub ({corpus_stub.url}): found 34, new 34, updated 0, unchanged 0, withdrawn 0, errors 0" in out
     assert "local: found 0" in out
+
+    # A Space the Hub keeps failing on is an error the exit status reports.
+    corpus_stub.put_space("openenv/flaky", {"openenv.yaml": b"name: flaky\n"}, tags=["openenv"])
+    corpus_stub.inject("resolve", status=500, times=None, repo_id="openenv/flaky")
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("sync_hub", "--hub-only")
+    assert exit_info.value.code == 1 and "errors 1" in capsys.readouterr().out
+    with pytest.raises(CommandError):
+        call_command("sync_hub", "--hub-only", "--local-only")

@@ -177,3 +177,33 @@ def test_admin_lists_runs_and_queues_validations(client, env):
     assert "1 run(s) cancelled." in response.content.decode()
     run.refresh_from_db()
     assert run.state == "cancelled" and run.reason == "Cancelled by admin."
+
+
+@pytest.mark.django_db(transaction=True)
+def test_validate_command_exit_codes(tiny_envs, capsys):
+    import threading
+
+    from django.core.management.base import CommandError
+    from django.db import connection
+
+    for bad in ("nan", "inf", "0", "-5"):
+        with pytest.raises(CommandError, match="positive number of seconds"):
+            call_command("validate", "local/alpha", "--wait", "--timeout", bad)
+
+    def cancel_when_queued():
+        try:
+            for _ in range(100):
+                run = ValidationRun.objects.filter(state="queued").first()
+                if run and validation.validation_run_cancel(run_id=run.pk, reason="stopped by an operator"):
+                    return
+                threading.Event().wait(0.1)
+        finally:
+            connection.close()
+
+    canceller = threading.Thread(target=cancel_when_queued)
+    canceller.start()
+    with pytest.raises(SystemExit) as exit_info:
+        call_command("validate", "local/alpha", "--wait", "--timeout", "30")
+    canceller.join()
+    assert exit_info.value.code == 2  # no verdict is not a pass
+    assert "cancelled: stopped by an operator" in capsys.readouterr().out

@@ -4,7 +4,7 @@ from registry import selectors, services
 
 
 class Command(BaseCommand):
-    help = "Index one Hugging Face Space (owner/name) synchronously and print a summary."
+    help = "Index one Hugging Face Space (owner/name) synchronously and print a summary (exit status 1 on errors)."
 
     def add_arguments(self, parser):
         parser.add_argument("repo_id", help="owner/name")
@@ -20,3 +20,5 @@ class Command(BaseCommand):
         env = selectors.environment_get(owner=owner, name=name)
         for problem in env.open_problems if env else []:
             self.stderr.write(f"  {problem.code}: {problem.message}")
+        if summary.run.errors:
+            raise SystemExit(1)

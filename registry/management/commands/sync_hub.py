@@ -4,11 +4,13 @@ from registry import services
 
 
 class Command(BaseCommand):
-    help = "Reconcile the index with the Hugging Face Hub and the local sources, synchronously, and print a summary."
+    help = ("Reconcile the index with the Hugging Face Hub and the local sources, synchronously, and print a "
+            "summary (exit status 1 on errors or an incomplete Hub listing).")
 
     def add_arguments(self, parser):
-        parser.add_argument("--hub-only", action="store_true", help="Skip the local sources.")
-        parser.add_argument("--local-only", action="store_true", help="Skip the Hugging Face Hub.")
+        only = parser.add_mutually_exclusive_group()
+        only.add_argument("--hub-only", action="store_true", help="Skip the local sources.")
+        only.add_argument("--local-only", action="store_true", help="Skip the Hugging Face Hub.")
         parser.add_argument("--enqueue", action="store_true", help="Send the sync to a Celery worker instead.")
 
     def handle(self, *args, hub_only=False, local_only=False, enqueue=False, **options):
@@ -22,12 +24,13 @@ class Command(BaseCommand):
         if not local_only:
             summary = services.hub_sync()
             self.stdout.write(f"hub ({summary.run.target}): {summary}")
-            failed |= not summary.run.listing_complete
+            failed |= not summary.run.listing_complete or summary.run.errors > 0
             for message in summary.run.messages:
                 self.stderr.write(f"  {message}")
         if not hub_only:
             summary = services.local_sync()
             self.stdout.write(f"local: {summary}")
+            failed |= summary.run.errors > 0
             for message in summary.run.messages:
                 self.stderr.write(f"  {message}")
         if failed:

@@ -1,3 +1,5 @@
+import argparse
+import math
 import time
 
 from django.core.management.base import BaseCommand, CommandError
@@ -7,15 +9,23 @@ from registry.models import ValidationRun
 from registry.services import validation
 
 
+def _seconds(value: str) -> float:
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, not {value!r}")
+    return seconds
+
+
 class Command(BaseCommand):
-    help = "Request a conformance validation of an environment's head revision; --wait prints the verdict."
+    help = ("Request a conformance validation of an environment's head revision; --wait prints the verdict "
+            "(exit status 1 on fail or error, 2 when the run was cancelled and gave no verdict).")
 
     def add_arguments(self, parser):
         parser.add_argument("repo_id", help="owner/name")
         parser.add_argument("--runner", choices=ValidationRun.Runner.values,
                             help="space: probe the running Space; local: install and run it in the sandbox here.")
         parser.add_argument("--wait", action="store_true", help="Wait for the run to end and print the verdict.")
-        parser.add_argument("--timeout", type=float, default=1800, help="Seconds --wait waits (default 1800).")
+        parser.add_argument("--timeout", type=_seconds, default=1800, help="Seconds --wait waits (default 1800).")
         parser.add_argument("--inline", action="store_true",
                             help="Run it in this process instead of waiting for a worker (implies --wait).")
         parser.add_argument("--no-wake", action="store_true", help="Report a sleeping Space as sleeping instead of waking it.")
@@ -46,7 +56,9 @@ class Command(BaseCommand):
                 raise CommandError(f"validation #{run.pk} is still {run.state} after {timeout:.0f} s")
             time.sleep(1)
         self._print(run)
-        if run.state == ValidationRun.State.FINISHED and run.outcome in (ValidationRun.Outcome.FAIL, ValidationRun.Outcome.ERROR):
+        if run.state == ValidationRun.State.CANCELLED:
+            raise SystemExit(2)
+        if run.outcome in (ValidationRun.Outcome.FAIL, ValidationRun.Outcome.ERROR):
             raise SystemExit(1)
 
     def _print(self, run: ValidationRun) -> None:
