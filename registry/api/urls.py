@@ -15,5 +15,5 @@ urlpatterns = [
     path(f"environments/{_SEG}/validations/", views.ValidationRunList.as_view(), name="validation-list"),
     path(f"environments/{_SEG}/validations/latest/", views.ValidationRunLatest.as_view(), name="validation-latest"),
     path(f"environments/{_SEG}/validations/<int:run_id>/", views.ValidationRunDetail.as_view(), name="validation-detail"),
-    re_path(r"^.*/$", no_route),  # last: everything else under /api/v1/ (without a slash, APPEND_SLASH redirects first)
+    re_path(r"^(?:.*/)?$", no_route),  # last: everything else under /api/v1/ (without a slash, APPEND_SLASH redirects first)
 ]

@@ -230,7 +230,7 @@ def test_local_folders_whose_names_are_not_ids_are_skipped_with_a_message(settin
 
 
 def test_every_api_error_has_the_api_shape(client, db):
-    for path in ("/api/v1/nope/", "/api/v1/environments/a/b/c/d/", "/api/v1/environments/a%00/b/",
+    for path in ("/api/v1/", "/api/v1/nope/", "/api/v1/environments/a/b/c/d/", "/api/v1/environments/a%00/b/",
                  "/api/v1/environments/?format=xml"):
         response = client.get(path)
         assert response.status_code == 404, path
