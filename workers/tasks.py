@@ -97,6 +97,12 @@ def validate_run(self, run_id: int) -> str:
     # Every write below is fenced by this attempt: if the reaper gave the run to another worker meanwhile,
     # this one's heartbeats stop and its verdict is dropped.
     attempt = run.attempts
+
+    def error(reason: str) -> str:
+        validation.validation_run_finish(run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
+                                         reason=reason, attempt=attempt)
+        return "error"
+
     with _Heartbeat(run_id, settings.HUB_VALIDATION_HEARTBEAT_S, attempt=attempt) as beat:
         try:
             result = runners.validation_execute(run, checkpoint=beat.check)
@@ -118,20 +124,12 @@ def validate_run(self, run_id: int) -> str:
                     run_id=run_id, reason=f"Retrying in {backoff:.0f} s after a transient failure: {exc}",
                     countdown=backoff, attempt=attempt):
                 return "requeued"
-            validation.validation_run_finish(run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
-                                             reason=f"Gave up after {attempt} attempts: {exc}", attempt=attempt)
-            return "error"
+            return error(f"Gave up after {attempt} attempts: {exc}")
         except SoftTimeLimitExceeded:
-            validation.validation_run_finish(
-                run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None, attempt=attempt,
-                reason=f"The validation exceeded its time limit of {settings.HUB_VALIDATION_SOFT_LIMIT_S} s.")
-            return "error"
+            return error(f"The validation exceeded its time limit of {settings.HUB_VALIDATION_SOFT_LIMIT_S} s.")
         except Exception as exc:  # noqa: BLE001 - our bug: record it on the run rather than leave it running
             logger.exception("validation #%s failed", run_id)
-            validation.validation_run_finish(run_id=run_id, outcome=ValidationRun.Outcome.ERROR, report=None,
-                                             reason=f"The validator failed internally ({type(exc).__name__}).",
-                                             attempt=attempt)
-            return "error"
+            return error(f"The validator failed internally ({type(exc).__name__}).")
     if result.cancelled:
         validation.validation_run_cancel(run_id=run_id, reason=result.reason, attempt=attempt)
         return "cancelled"

@@ -133,9 +133,8 @@ def validation_run_finish(*, run_id: int, outcome: str, report: dict | None, rea
 def validation_run_cancel(*, run_id: int, reason: str, attempt: int | None = None) -> bool:
     """queued or running → cancelled (a running task notices at its next heartbeat). False if already over
     (or, given `attempt`, the run is no longer in it)."""
-    qs = ValidationRun.objects.filter(pk=run_id, state__in=ValidationRun.LIVE_STATES)
-    if attempt is not None:
-        qs = qs.filter(state=State.RUNNING, attempts=attempt)
+    qs = (ValidationRun.objects.filter(pk=run_id, state__in=ValidationRun.LIVE_STATES) if attempt is None
+          else _running(run_id, attempt))
     return bool(qs.update(state=State.CANCELLED, reason=reason[:2000], finished_at=timezone.now()))
 
 
