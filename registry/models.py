@@ -54,6 +54,9 @@ class Environment(models.Model):
     runtime_stage = models.CharField(max_length=32, blank=True)
     hub_last_modified = models.DateTimeField(null=True, blank=True)
     last_seen_at = models.DateTimeField(null=True, blank=True, help_text="Last time a listing or a read saw it.")
+    head_observed_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the Hub said what head is (its freshest news seen): older news never moves head.")
     local_path = models.CharField(max_length=1024, blank=True, help_text="For local sources: the package folder.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(help_text="When the head revision or the status last changed.")
@@ -165,8 +168,10 @@ class IndexProblem(models.Model):
 class SyncRun(models.Model):
     """One pass of the indexer (a full Hub reconcile, a single Space, or the local sources).
 
-    Invariant: counts are written when the run finishes; a run that died
-    keeps state=running with no finished_at, which tells an operator so.
+    Invariants: counts are written when the run finishes; at most one hub and
+    one local sync run at a time (a database constraint on running rows); a
+    running sync beats every HUB_SYNC_HEARTBEAT_S, and one silent for
+    HUB_SYNC_STALE_S is marked abandoned so the next one may start.
     """
 
     class Kind(models.TextChoices):
@@ -177,11 +182,16 @@ class SyncRun(models.Model):
     class State(models.TextChoices):
         RUNNING = "running", "Running"
         FINISHED = "finished", "Finished"
+        ABANDONED = "abandoned", "Abandoned (its process stopped beating)"
+
+    # Full reconciles that must never overlap: two would race over head and withdrawals for hours.
+    EXCLUSIVE_KINDS = (Kind.HUB, Kind.LOCAL)
 
     kind = models.CharField(max_length=16, choices=Kind.choices)
     target = models.CharField(max_length=300, blank=True)
     state = models.CharField(max_length=16, choices=State.choices, default=State.RUNNING)
     started_at = models.DateTimeField(auto_now_add=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True, help_text="The running sync proves it is alive.")
     finished_at = models.DateTimeField(null=True, blank=True)
     listing_complete = models.BooleanField(default=True)
     found = models.PositiveIntegerField(default=0)
@@ -194,6 +204,12 @@ class SyncRun(models.Model):
 
     class Meta:
         ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["kind"], condition=Q(state="running", kind__in=["hub", "local"]),
+                name="syncrun_one_running_full_sync",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} sync {self.started_at:%Y-%m-%d %H:%M}"
@@ -207,7 +223,9 @@ class ValidationRun(models.Model):
     Invariants: the row exists before its task is sent and the task gets only
     its primary key; state moves by compare-and-set, so a redelivered message
     for a running or finished run does nothing; at most one live (queued or
-    running) run per revision and validator version.
+    running) run per revision and validator version; `sent_at` is set only
+    after the broker took the message, so a queued run without it (past its
+    `due_at`) is one the reaper must send.
     """
 
     class State(models.TextChoices):
@@ -253,8 +271,10 @@ class ValidationRun(models.Model):
     worker = models.CharField(max_length=200, blank=True)
 
     queued_at = models.DateTimeField(auto_now_add=True)
+    due_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its next task message is due (queued, plus any backoff).")
     sent_at = models.DateTimeField(
-        null=True, blank=True, help_text="When the latest task message for it is due (sent, plus any countdown).")
+        null=True, blank=True, help_text="When that message reached the broker; empty until it did.")
     started_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -8,7 +8,6 @@ changes nothing.
 from __future__ import annotations
 
 import logging
-import threading
 
 from celery import shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -18,6 +17,7 @@ from django.utils import timezone
 from registry import runners, services
 from registry.models import ValidationRun
 from registry.services import validation
+from registry.services.heartbeat import Heartbeat
 
 logger = logging.getLogger(__name__)
 
@@ -42,46 +42,6 @@ def index_space(repo_id: str) -> str:
     return str(summary)
 
 
-class _Heartbeat:
-    """Beats for a running validation from a side thread, so a long pip install or a slow probe still proves life.
-
-    `check()` raises RunNotRunning once a beat finds the run cancelled or reaped, or started again elsewhere.
-    """
-
-    def __init__(self, run_id: int, interval_s: float, *, attempt: int | None = None):
-        self.run_id, self.interval_s, self.attempt = run_id, interval_s, attempt
-        self.stopped = threading.Event()
-        self.lost: BaseException | None = None
-        self.thread = threading.Thread(target=self._loop, name=f"heartbeat-{run_id}", daemon=True)
-
-    def _loop(self) -> None:
-        from django.db import connection
-
-        try:
-            while not self.stopped.wait(self.interval_s):
-                try:
-                    validation.validation_run_heartbeat(run_id=self.run_id, attempt=self.attempt)
-                except validation.RunNotRunning as exc:
-                    self.lost = exc
-                    return
-                except Exception:  # noqa: BLE001 - a database hiccup must not kill the run; the next beat retries
-                    logger.exception("validation #%s: heartbeat failed", self.run_id)
-        finally:
-            connection.close()
-
-    def check(self, _step: str = "") -> None:
-        if self.lost is not None:
-            raise self.lost
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stopped.set()
-        self.thread.join(timeout=5)
-
-
 @shared_task(name="registry.validate_run", bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
              soft_time_limit=settings.HUB_VALIDATION_SOFT_LIMIT_S, time_limit=settings.HUB_VALIDATION_HARD_LIMIT_S)
 def validate_run(self, run_id: int) -> str:
@@ -103,7 +63,9 @@ def validate_run(self, run_id: int) -> str:
                                          reason=reason, attempt=attempt)
         return "error"
 
-    with _Heartbeat(run_id, settings.HUB_VALIDATION_HEARTBEAT_S, attempt=attempt) as beat:
+    with Heartbeat(lambda: validation.validation_run_heartbeat(run_id=run_id, attempt=attempt),
+                   settings.HUB_VALIDATION_HEARTBEAT_S, name=f"heartbeat-{run_id}",
+                   lost_on=validation.RunNotRunning) as beat:
         try:
             result = runners.validation_execute(run, checkpoint=beat.check)
         except validation.RunNotRunning:
@@ -139,13 +101,14 @@ def validate_run(self, run_id: int) -> str:
     return result.outcome
 
 
-@shared_task(name="registry.validation_reap", ignore_result=True, acks_late=True)
+@shared_task(name="registry.validation_reap", ignore_result=True, acks_late=True, soft_time_limit=240, time_limit=300)
 def validation_reap() -> dict:
     """Periodic: requeue or end validation runs whose worker stopped sending heartbeats."""
     return validation.validation_runs_reap()
 
 
-@shared_task(name="registry.validation_reprobe", ignore_result=True, acks_late=True)
+@shared_task(name="registry.validation_reprobe", ignore_result=True, acks_late=True, soft_time_limit=540,
+             time_limit=600)
 def validation_reprobe() -> int:
     """Periodic: keep results fresh by re-validating environments whose latest run is old."""
     return validation.validation_reprobe_schedule()

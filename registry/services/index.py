@@ -14,16 +14,19 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from registry import manifest as mf
 from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
 from registry.models import ID_PART, Environment, IndexProblem, Revision, SyncRun, environment_key
+from registry.services.heartbeat import Heartbeat
 from registry.services.validation import validation_run_request
 
 logger = logging.getLogger(__name__)
@@ -41,12 +44,19 @@ LOCAL_MAX_BYTES = 64 * 1024 * 1024
 
 @dataclass
 class SyncSummary:
-    """Counts a sync reports: found, new, updated, unchanged, withdrawn, errors."""
+    """Counts a sync reports: found, new, updated, unchanged, withdrawn, errors.
+
+    `skipped`: another sync of the same kind was running (`run` is that one), so this one did nothing.
+    """
 
     run: SyncRun
+    skipped: bool = False
 
     def __str__(self) -> str:
         r = self.run
+        if self.skipped:
+            return (f"skipped: {r.kind} sync #{r.pk} has been running since {r.started_at:%Y-%m-%d %H:%M:%S} UTC; "
+                    "nothing was done")
         text = (f"found {r.found}, new {r.new}, updated {r.updated}, unchanged {r.unchanged}, "
                 f"withdrawn {r.withdrawn}, errors {r.errors}")
         if not r.listing_complete:
@@ -62,12 +72,11 @@ def index_problem_record(*, environment: Environment, sha: str, problem: mf.Prob
     """Record a problem, or bump the open one with the same (environment, sha, code)."""
     open_ = IndexProblem.objects.filter(environment=environment, sha=sha, code=problem.code, resolved_at__isnull=True)
     for _ in range(2):
-        existing = open_.first()
-        if existing:
-            existing.occurrences += 1
-            existing.message = problem.message
-            existing.save(update_fields=["occurrences", "message", "last_seen_at"])
-            return existing
+        # Counted in the database: concurrent writers seeing the same problem each add one.
+        if open_.update(occurrences=F("occurrences") + 1, message=problem.message, last_seen_at=timezone.now()):
+            existing = open_.first()
+            if existing is not None:
+                return existing
         try:
             with transaction.atomic():
                 return IndexProblem.objects.create(
@@ -154,18 +163,24 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
             )
             for problem in facts.problems:
                 index_problem_record(environment=env, sha=sha, problem=problem, revision=revision)
-        head = env.head
+        # Both sides of the comparison are times the Hub spoke, never when we got round to writing:
+        # a writer that sat on old news must not make fresher news, written after it, look stale.
+        observed = space.observed_at if space is not None else None
         stale = bool(
-            head is not None and head.sha != sha and space is not None and space.observed_at and env.last_seen_at
-            and space.observed_at < env.last_seen_at
+            env.head_id is not None and env.head.sha != sha and observed and env.head_observed_at
+            and observed < env.head_observed_at
         )
         head_moved = not stale and env.head_id != revision.pk
-        if not stale and (head_moved or env.status != Environment.Status.ACTIVE):
-            env.head = revision
-            _environment_reactivate(env)
-            env.updated_at = timezone.now()
-        if space:
-            env.likes, env.runtime_stage, env.hub_last_modified = space.likes, space.runtime_stage, space.last_modified
+        if not stale:
+            if head_moved or env.status != Environment.Status.ACTIVE:
+                env.head = revision
+                _environment_reactivate(env)
+                env.updated_at = timezone.now()
+            # Local folders have no Hub: reading the folder now is the news.
+            env.head_observed_at = max(filter(None, (env.head_observed_at, observed or timezone.now())))
+            if space:
+                env.likes, env.runtime_stage = space.likes, space.runtime_stage
+                env.hub_last_modified = space.last_modified
         env.last_seen_at = timezone.now()
         env.save()
         _problems_resolve_except_head(env)
@@ -288,12 +303,17 @@ def _live_facts_refresh(items: list[tuple[Environment, SpaceFacts]]) -> None:
             changed.append(env)
     with transaction.atomic():
         Environment.objects.bulk_update(changed, ["likes", "runtime_stage", "hub_last_modified"], batch_size=500)
-        ids = [env.pk for env, _ in items]
-        for start in range(0, len(ids), 1000):
-            batch = ids[start:start + 1000]
-            Environment.objects.filter(pk__in=batch).update(last_seen_at=now)
+        for start in range(0, len(items), 1000):
+            batch = items[start:start + 1000]
+            ids = [env.pk for env, _ in batch]
+            # The Hub confirmed head at that time: never later than the oldest word in the batch, and a
+            # fresher head another writer recorded meanwhile is kept (the database takes the greater).
+            observed = min((space.observed_at for _, space in batch if space.observed_at), default=None)
+            head_news = ({"head_observed_at": Greatest(Coalesce("head_observed_at", Value(observed)), Value(observed))}
+                         if observed else {})
+            Environment.objects.filter(pk__in=ids).update(last_seen_at=now, **head_news)
             # The Hub answered for these Spaces: earlier failures to reach it no longer describe them.
-            IndexProblem.objects.filter(environment_id__in=batch, transient=True, resolved_at__isnull=True).update(
+            IndexProblem.objects.filter(environment_id__in=ids, transient=True, resolved_at__isnull=True).update(
                 resolved_at=now)
 
 
@@ -319,14 +339,51 @@ def _withdraw_if_gone(client: HubClient, environment: Environment) -> str:
     return space_index(client=client, space=space, environment=environment)
 
 
+class SyncTakenOver(Exception):
+    """This sync was presumed dead (no heartbeat) and another one may have started: stop writing."""
+
+
+def _sync_run_begin(kind: str, target: str) -> tuple[SyncRun, bool]:
+    """Start a sync of `kind`: (the new run, True), or (the one already running, False).
+
+    A full sync (hub, local) runs alone: the database allows one running row
+    per kind, so two starters race on an insert and one loses. A running row
+    whose heartbeat is older than HUB_SYNC_STALE_S belonged to a process that
+    died; it is marked abandoned (compare-and-set on its heartbeat) first.
+    """
+    now = timezone.now()
+    if kind in SyncRun.EXCLUSIVE_KINDS:
+        stale = now - timedelta(seconds=settings.HUB_SYNC_STALE_S)
+        SyncRun.objects.filter(kind=kind, state=SyncRun.State.RUNNING, heartbeat_at__lt=stale).update(
+            state=SyncRun.State.ABANDONED, finished_at=now)
+    try:
+        with transaction.atomic():
+            return SyncRun.objects.create(kind=kind, target=target[:300], heartbeat_at=now), True
+    except IntegrityError:
+        running = SyncRun.objects.filter(kind=kind, state=SyncRun.State.RUNNING).first()
+        if running is None:  # it finished between our insert and this read: one more try
+            return _sync_run_begin(kind, target)
+        logger.warning("sync: %s sync #%s is still running; this one does nothing", kind, running.pk)
+        return running, False
+
+
+def _sync_heartbeat(run: SyncRun) -> Heartbeat:
+    def beat() -> None:
+        if not SyncRun.objects.filter(pk=run.pk, state=SyncRun.State.RUNNING).update(heartbeat_at=timezone.now()):
+            raise SyncTakenOver(f"{run.kind} sync #{run.pk} was presumed dead and abandoned")
+    return Heartbeat(beat, settings.HUB_SYNC_HEARTBEAT_S, name=f"sync-{run.pk}", lost_on=SyncTakenOver)
+
+
 def _sync_run_finish(run: SyncRun, counts: Counter, *, messages: list[str] | None = None) -> SyncSummary:
-    for field in ("found", "new", "updated", "unchanged", "withdrawn", "errors"):
-        setattr(run, field, counts[field])
-    run.messages = messages or []
-    run.errors += len(run.messages)
-    run.state = SyncRun.State.FINISHED
-    run.finished_at = timezone.now()
-    run.save()
+    """Write the counts; the state moves to finished only from running (an abandoned run stays abandoned)."""
+    messages = list(messages or [])
+    values = {field: counts[field] for field in ("found", "new", "updated", "unchanged", "withdrawn", "errors")}
+    values["errors"] += len(messages)
+    values.update(messages=messages, finished_at=timezone.now())
+    if not SyncRun.objects.filter(pk=run.pk, state=SyncRun.State.RUNNING).update(state=SyncRun.State.FINISHED,
+                                                                                   **values):
+        SyncRun.objects.filter(pk=run.pk).update(**values)
+    run.refresh_from_db()
     return SyncSummary(run)
 
 
@@ -337,33 +394,46 @@ def hub_sync(*, client: HubClient | None = None) -> SyncSummary:
     confirms the Space is gone, private, or no longer an environment.
     """
     client = client or HubClient()
-    run = SyncRun.objects.create(kind=SyncRun.Kind.HUB, target=client.endpoint)
-    listing = client.list_environment_spaces()
-    run.listing_complete = listing.complete
+    run, started = _sync_run_begin(SyncRun.Kind.HUB, client.endpoint)
+    if not started:
+        return SyncSummary(run, skipped=True)
     counts: Counter = Counter()
-    known = {
-        env.key: env
-        for env in Environment.objects.filter(source=Environment.Source.HUGGINGFACE).select_related("head")
-    }
-    unchanged: list[tuple[Environment, SpaceFacts]] = []
-    for key, space in listing.spaces.items():
-        counts["found"] += 1
-        env = known.get(key)
-        if _is_current(env, space):
-            unchanged.append((env, space))
-        else:
-            counts[_index_guarded(client, space, env)] += 1
-    _live_facts_refresh(unchanged)
-    counts[UNCHANGED] += len(unchanged)
-    if listing.complete:
-        for key, env in known.items():
-            if key not in listing.spaces and env.status == Environment.Status.ACTIVE:
-                outcome = _guarded(lambda env=env: _withdraw_if_gone(client, env), env.repo_id, env)
-                if outcome in (NEW, UPDATED, UNCHANGED):  # still there: the listing just did not show it
-                    counts["found"] += 1
-                if outcome != SKIPPED:
-                    counts[outcome] += 1
-    return _sync_run_finish(run, counts, messages=listing.errors)
+    messages: list[str] = []
+    with _sync_heartbeat(run) as beat:
+        try:
+            listing = client.list_environment_spaces()
+            messages += listing.errors
+            SyncRun.objects.filter(pk=run.pk).update(listing_complete=listing.complete)
+            known = {
+                env.key: env
+                for env in Environment.objects.filter(source=Environment.Source.HUGGINGFACE).select_related("head")
+            }
+            unchanged: list[tuple[Environment, SpaceFacts]] = []
+            for key, space in listing.spaces.items():
+                beat.check()
+                counts["found"] += 1
+                env = known.get(key)
+                if _is_current(env, space):
+                    unchanged.append((env, space))
+                else:
+                    counts[_index_guarded(client, space, env)] += 1
+            _live_facts_refresh(unchanged)
+            counts[UNCHANGED] += len(unchanged)
+            if listing.complete:
+                for key, env in known.items():
+                    if key not in listing.spaces and env.status == Environment.Status.ACTIVE:
+                        beat.check()
+                        outcome = _guarded(lambda env=env: _withdraw_if_gone(client, env), env.repo_id, env)
+                        if outcome in (NEW, UPDATED, UNCHANGED):  # still there: the listing just did not show it
+                            counts["found"] += 1
+                        if outcome != SKIPPED:
+                            counts[outcome] += 1
+        except SyncTakenOver as exc:
+            messages.append(f"Stopped early: {exc}; another sync may have started.")
+        except Exception as exc:
+            _sync_run_finish(run, counts, messages=[*messages, f"The sync failed: {type(exc).__name__}: {exc}"])
+            raise
+    return _sync_run_finish(run, counts, messages=messages)
 
 
 def _index_guarded(client: HubClient, space: SpaceFacts, env: Environment | None) -> str:
@@ -400,7 +470,7 @@ def _guarded(fn, label: str, env: Environment | Callable[[], Environment] | None
 def space_index_by_id(*, repo_id: str, client: HubClient | None = None) -> SyncSummary:
     """Index one Space by id, as a webhook or an operator would ask: same rules as a full sync, for one item."""
     client = client or HubClient()
-    run = SyncRun.objects.create(kind=SyncRun.Kind.SPACE, target=repo_id)
+    run, _ = _sync_run_begin(SyncRun.Kind.SPACE, repo_id)
     counts: Counter = Counter()
     env = Environment.objects.filter(key=repo_id.lower()).select_related("head").first()
     messages: list[str] = []
@@ -507,7 +577,14 @@ def local_package_index(*, owner: str, folder: Path) -> str:
 
 def local_sync() -> SyncSummary:
     """Index every package folder (a subfolder with an openenv.yaml) of every local source; withdraw removed ones."""
-    run = SyncRun.objects.create(kind=SyncRun.Kind.LOCAL, target=":".join(str(p) for _, p in _local_sources()))
+    run, started = _sync_run_begin(SyncRun.Kind.LOCAL, ":".join(str(p) for _, p in _local_sources()))
+    if not started:
+        return SyncSummary(run, skipped=True)
+    with _sync_heartbeat(run):
+        return _local_sync(run)
+
+
+def _local_sync(run: SyncRun) -> SyncSummary:
     counts: Counter = Counter()
     messages: list[str] = []
     seen: set[str] = set()

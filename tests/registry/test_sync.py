@@ -144,6 +144,37 @@ def test_a_slow_writer_with_older_news_does_not_move_head(corpus_stub):
     assert e.revisions.filter(sha=old_news.sha).exists()
 
 
+@pytest.mark.parametrize("order", ["older_news_written_first", "newer_news_written_first"])
+def test_interleaved_writers_end_on_the_newer_commit(corpus_stub, order):
+    """Freshness compares when the Hub spoke on both sides, never when a writer got round to writing."""
+    corpus_stub.put_space("race/y", {"openenv.yaml": b"name: first\n"}, tags=["openenv"])
+    client = HubClient()
+    older = client.space("race/y")
+    newer_sha = corpus_stub.put_space("race/y", {"openenv.yaml": b"name: second\n"}, tags=["openenv"])
+    newer = client.space("race/y")
+    assert older.observed_at < newer.observed_at and newer.sha == newer_sha
+    writes = [older, newer] if order == "older_news_written_first" else [newer, older]
+    for news in writes:
+        services.space_index(client=client, space=news)
+    e = env("race/y")
+    assert e.head.sha == newer_sha and e.head.manifest_name == "second"
+    assert e.head_observed_at == newer.observed_at
+    assert set(e.revisions.values_list("sha", flat=True)) == {older.sha, newer_sha}
+
+
+def test_a_listing_that_confirms_head_makes_older_news_stale(corpus_stub):
+    corpus_stub.put_space("race/z", {"openenv.yaml": b"name: first\n"}, tags=["openenv"])
+    client = HubClient()
+    old_news = client.space("race/z")
+    second = corpus_stub.put_space("race/z", {"openenv.yaml": b"name: second\n"}, tags=["openenv"])
+    services.hub_sync()
+    confirmed = env("race/z").head_observed_at
+    services.hub_sync()  # nothing new: the listing only confirms head, later
+    assert env("race/z").head_observed_at > confirmed
+    services.space_index(client=client, space=old_news)
+    assert env("race/z").head.sha == second
+
+
 def test_the_database_refuses_to_change_a_revision(corpus_stub):
     from django.db import IntegrityError, transaction
 

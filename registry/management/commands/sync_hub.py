@@ -24,14 +24,16 @@ class Command(BaseCommand):
         if not local_only:
             summary = services.hub_sync()
             self.stdout.write(f"hub ({summary.run.target}): {summary}")
-            failed |= not summary.run.listing_complete or summary.run.errors > 0
-            for message in summary.run.messages:
-                self.stderr.write(f"  {message}")
+            failed |= summary.skipped or not summary.run.listing_complete or summary.run.errors > 0
+            self._messages(summary)
         if not hub_only:
             summary = services.local_sync()
             self.stdout.write(f"local: {summary}")
-            failed |= summary.run.errors > 0
-            for message in summary.run.messages:
-                self.stderr.write(f"  {message}")
+            failed |= summary.skipped or summary.run.errors > 0
+            self._messages(summary)
         if failed:
             raise SystemExit(1)
+
+    def _messages(self, summary) -> None:
+        for message in [] if summary.skipped else summary.run.messages:
+            self.stderr.write(f"  {message}")
