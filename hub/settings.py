@@ -319,6 +319,8 @@ HUB_VALIDATION_HARD_LIMIT_S = HUB_VALIDATION_SOFT_LIMIT_S + 60
 HUB_VALIDATION_HEARTBEAT_S = env_float("HUB_VALIDATION_HEARTBEAT_S", 10.0)
 HUB_VALIDATION_STALE_S = env_float("HUB_VALIDATION_STALE_S", 120.0)
 HUB_VALIDATION_MAX_ATTEMPTS = env_int("HUB_VALIDATION_MAX_ATTEMPTS", 3)
+# A queued run whose message the broker never took is sent by the reaper (every 30 s) this long after it was due.
+HUB_VALIDATION_UNSENT_GRACE_S = env_float("HUB_VALIDATION_UNSENT_GRACE_S", 15.0)
 # After our own transient failure (Hub or package index down) a run waits this long, doubling, before retrying.
 HUB_VALIDATION_RETRY_BASE_S = env_float("HUB_VALIDATION_RETRY_BASE_S", 60.0)
 HUB_VALIDATION_REPROBE_S = env_int("HUB_VALIDATION_REPROBE_S", 24 * 3600)
@@ -344,6 +346,6 @@ HUB_SANDBOX_STARTUP_S = env_float("HUB_SANDBOX_STARTUP_S", 120.0)
 CELERY_TASK_ROUTES = {"registry.validate_run": {"queue": "validation"}}
 CELERY_BEAT_SCHEDULE = {
     "sync-hub": {"task": "registry.sync_hub", "schedule": float(HUB_SYNC_INTERVAL_S)},
-    "validation-reap": {"task": "registry.validation_reap", "schedule": 60.0},
+    "validation-reap": {"task": "registry.validation_reap", "schedule": 30.0},
     "validation-reprobe": {"task": "registry.validation_reprobe", "schedule": 3600.0},
 }

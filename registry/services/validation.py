@@ -36,18 +36,44 @@ def default_runner(environment: Environment) -> str:
     return settings.HUB_VALIDATION_RUNNER
 
 
-def _enqueue(run: ValidationRun, *, countdown: float = 0) -> None:
-    """Send the run's task once the transaction commits, and note when that message is due (for the reaper)."""
-    from workers.tasks import validate_run
-
-    ValidationRun.objects.filter(pk=run.pk).update(sent_at=timezone.now() + timedelta(seconds=countdown))
-    transaction.on_commit(lambda: validate_run.apply_async(args=[run.pk], queue="validation", countdown=countdown))
+# The task, by its stable name: services never import workers (which import services).
+VALIDATE_TASK = "registry.validate_run"
+VALIDATION_QUEUE = "validation"
 
 
-def _running(run_id: int, attempt: int | None):
-    """The run, if it is running, and (given `attempt`) still in that attempt: a superseded worker is fenced off."""
+def _publish(run_id: int, countdown: float) -> None:
+    """Hand the run's message to the broker, then note that it got there.
+
+    Never raises: a broker that refuses leaves `sent_at` empty, and the
+    reaper sends the run again once it is past due; the caller's committed
+    work (an API answer, a sync) stands.
+    """
+    from celery import current_app
+
+    try:
+        current_app.send_task(VALIDATE_TASK, args=[run_id], queue=VALIDATION_QUEUE, countdown=countdown or None)
+    except Exception as exc:  # noqa: BLE001 - kombu raises many kinds; the reaper makes up for all of them
+        logger.warning("validation: #%s not sent (%s: %s); the reaper will send it", run_id, type(exc).__name__, exc)
+        return
+    ValidationRun.objects.filter(pk=run_id, state=State.QUEUED, sent_at__isnull=True).update(sent_at=timezone.now())
+
+
+def _enqueue(run_id: int, *, countdown: float = 0) -> None:
+    """Mark the run as waiting for a message due in `countdown` seconds, and send it once the transaction commits."""
+    ValidationRun.objects.filter(pk=run_id).update(due_at=timezone.now() + timedelta(seconds=countdown), sent_at=None)
+    transaction.on_commit(lambda: _publish(run_id, countdown), robust=True)
+
+
+def _running(run_id: int, attempt: int | None, *, stale_before=None):
+    """The run, if it is running, and (given `attempt`) still in that attempt: a superseded worker is fenced off.
+
+    With `stale_before`, only while its heartbeat is still older than that: the reaper's judgement holds
+    only if no beat arrived since.
+    """
     qs = ValidationRun.objects.filter(pk=run_id, state=State.RUNNING)
-    return qs if attempt is None else qs.filter(attempts=attempt)
+    if attempt is not None:
+        qs = qs.filter(attempts=attempt)
+    return qs if stale_before is None else qs.filter(heartbeat_at__lt=stale_before)
 
 
 class RerunTooSoon(Exception):
@@ -90,7 +116,7 @@ def validation_run_request(*, revision: Revision, trigger: str, runner: str | No
                 requested_by=requested_by if getattr(requested_by, "pk", None) else None,
                 requested_by_hub=hub_account,
             )
-            _enqueue(run)
+            _enqueue(run.pk)
     except IntegrityError:
         return live.get(), False
     logger.info("validation: queued #%d for %s (%s, %s)", run.pk, revision, runner, trigger)
@@ -117,14 +143,15 @@ def validation_run_heartbeat(*, run_id: int, attempt: int | None = None) -> None
 
 
 def validation_run_finish(*, run_id: int, outcome: str, report: dict | None, reason: str = "",
-                          target_url: str = "", attempt: int | None = None) -> bool:
+                          target_url: str = "", attempt: int | None = None, stale_before=None) -> bool:
     """running → finished with an outcome and the report. False when the run was no longer running
-    (or, given `attempt`, is in a later attempt: a superseded worker's verdict is dropped)."""
+    (or, given `attempt`, is in a later attempt: a superseded worker's verdict is dropped; given
+    `stale_before`, it beat since)."""
     failing = [
         r["check_id"] for r in (report or {}).get("results", [])
         if r.get("status") in ("fail", "error")
     ]
-    return bool(_running(run_id, attempt).update(
+    return bool(_running(run_id, attempt, stale_before=stale_before).update(
         state=State.FINISHED, outcome=outcome, report=report, failing_checks=failing, reason=reason[:2000],
         target_url=target_url[:500], finished_at=timezone.now(),
     ))
@@ -139,50 +166,72 @@ def validation_run_cancel(*, run_id: int, reason: str, attempt: int | None = Non
 
 
 def validation_run_requeue(*, run_id: int, reason: str, countdown: float = 0, attempt: int | None = None,
-                           refund_attempt: bool = False) -> bool:
+                           refund_attempt: bool = False, stale_before=None) -> bool:
     """running → queued, for a transient failure of ours (not the environment's); the task is sent again,
     after `countdown` seconds (a backoff, so a Hub outage is not retried in a tight loop).
 
     `refund_attempt` gives the start back: waiting for a Space to finish building is not a failed attempt.
     """
     with transaction.atomic():
-        changed = _running(run_id, attempt).update(
+        changed = _running(run_id, attempt, stale_before=stale_before).update(
             state=State.QUEUED, reason=reason[:2000], heartbeat_at=None,
             **({"attempts": F("attempts") - 1} if refund_attempt else {}))
         if changed:
-            _enqueue(ValidationRun(pk=run_id), countdown=countdown)
+            _enqueue(run_id, countdown=countdown)
     return bool(changed)
 
 
+def validation_run_reap_one(*, run_id: int, attempt: int, stale_before, worker: str = "",
+                            max_attempts: int | None = None) -> str | None:
+    """End one run judged dead: requeue it while attempts remain, else finish it as an error.
+
+    Conditional on what was judged (still running in `attempt`, heartbeat still older than
+    `stale_before`): a worker that beat in between keeps its run. Returns "requeued", "errored" or None.
+    """
+    max_attempts = settings.HUB_VALIDATION_MAX_ATTEMPTS if max_attempts is None else max_attempts
+    reason = f"The worker ({worker or 'unknown'}) stopped sending heartbeats; attempt {attempt} was lost."
+    if attempt < max_attempts:
+        return "requeued" if validation_run_requeue(run_id=run_id, reason=reason, attempt=attempt,
+                                                    stale_before=stale_before) else None
+    return "errored" if validation_run_finish(
+        run_id=run_id, outcome=Outcome.ERROR, report=None, reason=f"{reason} Gave up after {attempt} attempts.",
+        attempt=attempt, stale_before=stale_before) else None
+
+
+def _past_due(now, seconds: float) -> Q:
+    """Queued runs whose message was due more than `seconds` ago (rows from before due_at count from queued_at)."""
+    before = now - timedelta(seconds=seconds)
+    return Q(due_at__lt=before) | Q(due_at__isnull=True, queued_at__lt=before)
+
+
 def validation_runs_reap(*, stale_after_s: float | None = None, max_attempts: int | None = None) -> dict[str, int]:
-    """End runs whose worker died: requeue them while attempts remain, else finish them as errors.
+    """End runs whose worker died, and send the messages that never reached a worker.
 
     A run is stale when it has been running without a heartbeat for
     `stale_after_s` (the task beats every HUB_VALIDATION_HEARTBEAT_S while it
-    works). Queued runs older than the broker's visibility timeout lost their
-    message and are sent again.
+    works). A queued run whose message never reached the broker is sent once
+    it is HUB_VALIDATION_UNSENT_GRACE_S past due; one whose message was sent
+    but not taken within the broker's visibility timeout after it was due
+    lost it, and is sent again (once per visibility timeout, not per tick).
     """
     stale_after_s = settings.HUB_VALIDATION_STALE_S if stale_after_s is None else stale_after_s
-    max_attempts = settings.HUB_VALIDATION_MAX_ATTEMPTS if max_attempts is None else max_attempts
     now = timezone.now()
     counts = {"requeued": 0, "errored": 0, "resent": 0}
-    stale = ValidationRun.objects.filter(state=State.RUNNING, heartbeat_at__lt=now - timedelta(seconds=stale_after_s))
+    stale_before = now - timedelta(seconds=stale_after_s)
+    stale = ValidationRun.objects.filter(state=State.RUNNING, heartbeat_at__lt=stale_before)
     for run in stale.only("pk", "attempts", "worker"):
-        reason = f"The worker ({run.worker or 'unknown'}) stopped sending heartbeats; attempt {run.attempts} was lost."
-        if run.attempts < max_attempts:
-            counts["requeued"] += validation_run_requeue(run_id=run.pk, reason=reason)
-        else:
-            counts["errored"] += validation_run_finish(
-                run_id=run.pk, outcome=Outcome.ERROR, report=None,
-                reason=f"{reason} Gave up after {run.attempts} attempts.",
-            )
-    cutoff = now - timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S)
-    lost = ValidationRun.objects.filter(
-        Q(sent_at__lt=cutoff) | Q(sent_at__isnull=True, queued_at__lt=cutoff), state=State.QUEUED)
-    for run in lost.only("pk"):
+        ended = validation_run_reap_one(run_id=run.pk, attempt=run.attempts, stale_before=stale_before,
+                                        worker=run.worker, max_attempts=max_attempts)
+        if ended:
+            counts[ended] += 1
+    resend = ((Q(sent_at__isnull=True) & _past_due(now, settings.HUB_VALIDATION_UNSENT_GRACE_S))
+              | (Q(sent_at__isnull=False) & _past_due(now, settings.CELERY_VISIBILITY_TIMEOUT_S)))
+    for pk in ValidationRun.objects.filter(resend, state=State.QUEUED).values_list("pk", flat=True):
         with transaction.atomic():
-            _enqueue(run)  # and its sent_at moves on: one new message per visibility timeout, not per tick
-        counts["resent"] += 1
+            # Claimed by compare-and-set: a concurrent reaper, or a late publish, leaves nothing to claim.
+            if ValidationRun.objects.filter(resend, pk=pk, state=State.QUEUED).update(due_at=now, sent_at=None):
+                transaction.on_commit(lambda pk=pk: _publish(pk, 0), robust=True)
+                counts["resent"] += 1
     if any(counts.values()):
         logger.warning("validation: reaper %s", counts)
     return counts

@@ -100,17 +100,18 @@ def test_reaper_requeues_then_gives_up(env, settings, django_capture_on_commit_c
 
 
 def test_reaper_resends_queued_runs_whose_message_was_lost(env, settings, django_capture_on_commit_callbacks):
-    run, _ = validation.validation_run_request(revision=env.head, trigger="request")
+    with django_capture_on_commit_callbacks(execute=True):
+        run, _ = validation.validation_run_request(revision=env.head, trigger="request")
     long_ago = timezone.now() - timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S + 1)
     ValidationRun.objects.filter(pk=run.pk).update(queued_at=long_ago)
     assert validation.validation_runs_reap()["resent"] == 0  # queued long ago, but its message was sent just now
-    ValidationRun.objects.filter(pk=run.pk).update(sent_at=long_ago)
+    ValidationRun.objects.filter(pk=run.pk).update(due_at=long_ago, sent_at=long_ago)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         assert validation.validation_runs_reap()["resent"] == 1
     assert len(callbacks) == 1
     # One new message per visibility timeout, not one per reaper tick.
     assert validation.validation_runs_reap()["resent"] == 0
-    assert ValidationRun.objects.get(pk=run.pk).sent_at > timezone.now() - timedelta(seconds=60)
+    assert ValidationRun.objects.get(pk=run.pk).due_at > timezone.now() - timedelta(seconds=60)
 
 
 def test_a_backoff_is_not_cut_short_by_the_reaper(env, settings):
@@ -119,8 +120,25 @@ def test_a_backoff_is_not_cut_short_by_the_reaper(env, settings):
     long_ago = timezone.now() - timedelta(seconds=settings.CELERY_VISIBILITY_TIMEOUT_S + 1)
     ValidationRun.objects.filter(pk=run.pk).update(queued_at=long_ago)
     assert validation.validation_run_requeue(run_id=run.pk, reason="Hub down", countdown=120)
-    assert ValidationRun.objects.get(pk=run.pk).sent_at > timezone.now() + timedelta(seconds=100)
+    assert ValidationRun.objects.get(pk=run.pk).due_at > timezone.now() + timedelta(seconds=100)
     assert validation.validation_runs_reap()["resent"] == 0
+
+
+def test_the_reaper_spares_a_worker_that_beat_after_it_judged(env, settings):
+    """The reaper judged the run dead; the worker beat before the reaper's write: the run stays the worker's."""
+    run, _ = validation.validation_run_request(revision=env.head, trigger="request")
+    validation.validation_run_start(run_id=run.pk, worker="slow@host")
+    judged_at = timezone.now()
+    ValidationRun.objects.filter(pk=run.pk).update(
+        heartbeat_at=judged_at - timedelta(seconds=settings.HUB_VALIDATION_STALE_S + 5))
+    stale_before = judged_at - timedelta(seconds=settings.HUB_VALIDATION_STALE_S)
+    validation.validation_run_heartbeat(run_id=run.pk, attempt=1)  # just in time
+    for max_attempts in (3, 1):  # requeue while attempts remain, error when they are spent: both conditional
+        assert validation.validation_run_reap_one(run_id=run.pk, attempt=1, stale_before=stale_before,
+                                                  max_attempts=max_attempts) is None
+    run.refresh_from_db()
+    assert (run.state, run.attempts, run.worker) == (State.RUNNING, 1, "slow@host")
+    validation.validation_run_heartbeat(run_id=run.pk, attempt=1)  # and it keeps its attempt
 
 
 def test_a_superseded_attempt_is_fenced_off(env, settings):
