@@ -10,6 +10,19 @@ from registry.models import Environment, IndexProblem, Revision, SyncRun, Valida
 _NOISE_TAG_PREFIXES = ("region:",)
 
 
+# What a revision row shows in lists: never the README (up to 1 MiB), the raw manifest or the file list.
+REVISION_SUMMARY_FIELDS = (
+    "id", "environment_id", "sha", "indexed_at", "content_digest", "manifest_name", "package_name",
+    "openenv_requirement", "space_id", "subdomain", "host", "sdk", "tags", "hub_last_modified", "runtime_stage",
+)
+# Columns of a revision that no list, page or endpoint shows: they are read where they are used (runners).
+_REVISION_HEAVY_FIELDS = ("readme_raw", "readme_body", "readme_front_matter", "files")
+
+
+def _heavy(prefix: str) -> list[str]:
+    return [f"{prefix}__{name}" for name in _REVISION_HEAVY_FIELDS]
+
+
 def _open_problems() -> Prefetch:
     return Prefetch(
         "problems",
@@ -21,7 +34,8 @@ def _open_problems() -> Prefetch:
 def environment_list(*, status: str | None = Environment.Status.ACTIVE, search: str = "",
                      source: str | None = None) -> QuerySet[Environment]:
     """Environments for the catalog and the API, most recently updated first, with head and open problems loaded."""
-    qs = Environment.objects.select_related("head").prefetch_related(_open_problems())
+    qs = Environment.objects.select_related("head").defer(*_heavy("head"), "head__manifest_raw").prefetch_related(
+        _open_problems())
     if status:
         qs = qs.filter(status=status)
     if source:
@@ -36,13 +50,20 @@ def environment_list(*, status: str | None = Environment.Status.ACTIVE, search: 
 
 
 def environment_get(*, owner: str, name: str) -> Environment | None:
-    """One environment by owner/name, case-insensitively, with head, open problems and revisions loaded."""
+    """One environment by owner/name, case-insensitively, with its head (without README and file list) and open
+    problems loaded: two queries, whatever the number of revisions (they are listed by `revision_list`)."""
     return (
-        Environment.objects.select_related("head")
-        .prefetch_related(_open_problems(), Prefetch("revisions", queryset=Revision.objects.order_by("-indexed_at", "-id")))
+        Environment.objects.select_related("head").defer(*_heavy("head"))
+        .prefetch_related(_open_problems())
         .filter(key=environment_key(owner, name))
         .first()
     )
+
+
+def revision_list(*, environment: Environment) -> QuerySet[Revision]:
+    """The environment's revisions, newest first, summary columns only (page or slice it)."""
+    return (Revision.objects.filter(environment=environment).only(*REVISION_SUMMARY_FIELDS)
+            .order_by("-indexed_at", "-id"))
 
 
 def environment_tags(environment: Environment) -> list[str]:
@@ -68,7 +89,7 @@ def _latest_finished(environment_ref) -> QuerySet[ValidationRun]:
 
 def environment_verdict(*, environment: Environment) -> ValidationRun | None:
     """The run whose outcome is the environment's verdict: the head revision's latest, else the latest of any revision."""
-    return _latest_finished(environment).select_related("revision").first()
+    return _latest_finished(environment).select_related("revision").defer(*_heavy("revision")).first()
 
 
 def environments_with_verdicts(environments) -> list[Environment]:
@@ -81,7 +102,8 @@ def environments_with_verdicts(environments) -> list[Environment]:
         .values_list("pk", "run_id")
     )
     run_ids = {pk: run_id for pk, run_id in latest if run_id}
-    runs = ValidationRun.objects.defer("report").select_related("revision").in_bulk(run_ids.values())
+    runs = (ValidationRun.objects.defer("report", *_heavy("revision"), "revision__manifest_raw")
+            .select_related("revision").in_bulk(run_ids.values()))
     for env in environments:
         env.verdict = runs.get(run_ids.get(env.pk))
     return environments
@@ -95,8 +117,12 @@ def validation_run_live(*, environment: Environment) -> ValidationRun | None:
 
 
 def validation_run_list(*, environment: Environment) -> QuerySet[ValidationRun]:
-    return ValidationRun.objects.filter(environment=environment).select_related("revision").defer("report")
+    """The environment's runs, newest first, without reports (page or slice it)."""
+    return (ValidationRun.objects.filter(environment=environment).select_related("revision")
+            .defer("report", *_heavy("revision"), "revision__manifest_raw", "revision__manifest"))
 
 
 def validation_run_get(*, environment: Environment, run_id: int) -> ValidationRun | None:
-    return ValidationRun.objects.filter(environment=environment, pk=run_id).select_related("revision").first()
+    """One run with its report."""
+    return (ValidationRun.objects.filter(environment=environment, pk=run_id).select_related("revision")
+            .defer(*_heavy("revision")).first())

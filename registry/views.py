@@ -21,6 +21,8 @@ from registry.services import validation
 
 logger = logging.getLogger(__name__)
 
+REVISIONS_PER_PAGE = 20
+
 
 def home(request: HttpRequest) -> HttpResponse:
     """The catalog's front page: indexed environments, newest first, with their index errors."""
@@ -45,8 +47,11 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
     if (env.owner, env.name) != (owner, name):
         return redirect("registry:environment", owner=env.owner, name=env.name, permanent=True)
     env.display_tags = selectors.environment_tags(env)
+    revisions = Paginator(selectors.revision_list(environment=env), REVISIONS_PER_PAGE).get_page(
+        request.GET.get("revisions_page"))
     context = {
         "env": env,
+        "revisions": revisions,
         "Status": Environment.Status,
         "verdict": selectors.environment_verdict(environment=env),
         "live_run": selectors.validation_run_live(environment=env),

@@ -93,9 +93,20 @@ class EnvironmentSerializer(serializers.ModelSerializer):
 
 
 class EnvironmentDetailSerializer(EnvironmentSerializer):
-    revisions = RevisionSerializer(many=True, read_only=True)
+    """The environment with its newest revisions (`recent_revisions`, set by the view; the rest are paged at
+    `revisions_url`)."""
+
+    revisions = RevisionSerializer(source="recent_revisions", many=True, read_only=True)
+    revision_count = serializers.IntegerField()
+    revisions_url = serializers.SerializerMethodField()
     manifest = serializers.JSONField(source="head.manifest", default=None)
     status_changed_at = serializers.DateTimeField()
 
     class Meta(EnvironmentSerializer.Meta):
-        fields = EnvironmentSerializer.Meta.fields + ["status_changed_at", "manifest", "revisions"]
+        fields = EnvironmentSerializer.Meta.fields + [
+            "status_changed_at", "manifest", "revisions", "revision_count", "revisions_url"]
+
+    def get_revisions_url(self, env: Environment) -> str:
+        request = self.context.get("request")
+        path = reverse("api:revision-list", kwargs={"owner": env.owner, "name": env.name})
+        return request.build_absolute_uri(path) if request else path

@@ -11,12 +11,16 @@ from registry import identity, selectors
 from registry.api.serializers import (
     EnvironmentDetailSerializer,
     EnvironmentSerializer,
+    RevisionSerializer,
     ValidationRequestSerializer,
     ValidationRunDetailSerializer,
     ValidationRunSerializer,
 )
 from registry.models import Environment, ValidationRun
 from registry.services import validation
+
+# Revisions shown with an environment's detail; all of them are paged at .../revisions/.
+RECENT_REVISIONS = 20
 
 
 class EnvironmentMixin:
@@ -61,10 +65,23 @@ class EnvironmentDetail(EnvironmentMixin, generics.RetrieveAPIView):
             query = f"?{request.META['QUERY_STRING']}" if request.META.get("QUERY_STRING") else ""
             path = reverse("api:environment-detail", kwargs={"owner": env.owner, "name": env.name})
             return redirect(f"{path}{query}", permanent=True)
-        return super().get(request, *args, **kwargs)
+        return Response(self.get_serializer(env).data)
 
     def get_object(self):
-        return self.get_environment()
+        env = self.get_environment()
+        revisions = selectors.revision_list(environment=env)
+        env.recent_revisions = list(revisions[:RECENT_REVISIONS])
+        env.revision_count = revisions.count()
+        return env
+
+
+class RevisionList(EnvironmentMixin, generics.ListAPIView):
+    """GET /api/v1/environments/<owner>/<name>/revisions/: every revision, newest first, paged."""
+
+    serializer_class = RevisionSerializer
+
+    def get_queryset(self):
+        return selectors.revision_list(environment=self.get_environment())
 
 
 class MayRequestValidation(permissions.BasePermission):
