@@ -11,20 +11,21 @@ from __future__ import annotations
 
 import hashlib
 import re
-import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
+from registry import pyproject
+
 MANIFEST_FILE = "openenv.yaml"
 README_FILE = "README.md"
-PYPROJECT_FILE = "pyproject.toml"
+PYPROJECT_FILE = pyproject.FILE
 
 # Size caps: generous for real packages (the largest corpus README is ~30 KiB), small enough to be harmless.
 MAX_MANIFEST_BYTES = 256 * 1024
 MAX_README_BYTES = 1024 * 1024
-MAX_PYPROJECT_BYTES = 256 * 1024
+MAX_PYPROJECT_BYTES = pyproject.MAX_BYTES
 MAX_NAME_LENGTH = 200
 MAX_DESCRIPTION_LENGTH = 300
 MAX_YAML_DEPTH = 64
@@ -34,6 +35,8 @@ PACKAGE_FILES = (MANIFEST_FILE, README_FILE, PYPROJECT_FILE)
 FILE_CAPS = {MANIFEST_FILE: MAX_MANIFEST_BYTES, README_FILE: MAX_README_BYTES, PYPROJECT_FILE: MAX_PYPROJECT_BYTES}
 
 OPENENV_DISTRIBUTIONS = {"openenv", "openenv-core"}
+# The manifest's `app` when it names none: what `openenv init` scaffolds and Spaces serve.
+DEFAULT_APP = "server.app:app"
 
 
 @dataclass(frozen=True)
@@ -189,37 +192,21 @@ def parse_readme(raw: bytes) -> tuple[str, dict[str, Any] | None, str, list[Prob
     return text, _json_safe(data), body, []
 
 
-_REQ_NAME = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)")
-
-
-def normalize_distribution(name: str) -> str:
-    """PEP 503 normalization: `OpenEnv_Core` and `openenv-core` are one project."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def parse_pyproject(raw: bytes) -> tuple[str, str, list[Problem]]:
     """Read pyproject.toml: returns (project name, the openenv/openenv-core requirement, problems)."""
     text, problem = decode_text(raw, filename=PYPROJECT_FILE, cap=MAX_PYPROJECT_BYTES)
     if problem:
         return "", "", [problem]
     try:
-        data = tomllib.loads(text)
-    except (ValueError, RecursionError) as exc:  # TOMLDecodeError, or a value Python will not convert
-        return "", "", [Problem("pyproject.toml_invalid", f"pyproject.toml is not valid TOML: {exc}")]
-    project = _json_safe(data.get("project"))
-    if not isinstance(project, dict):
+        project = pyproject.parse(text)
+    except pyproject.PyProjectError as exc:
+        return "", "", [Problem("pyproject.toml_invalid", str(exc))]
+    if not project.has_project:
         return "", "", [Problem("pyproject.no_project", "pyproject.toml has no [project] table.")]
-    name = project.get("name") if isinstance(project.get("name"), str) else ""
-    requirement = ""
-    deps = project.get("dependencies")
-    for dep in deps if isinstance(deps, list) else []:
-        if not isinstance(dep, str):
-            continue
-        m = _REQ_NAME.match(dep)
-        if m and normalize_distribution(m.group(1)) in OPENENV_DISTRIBUTIONS:
-            requirement = " ".join(dep.split())[:MAX_NAME_LENGTH]
-            break
-    return name[:MAX_NAME_LENGTH], requirement, []
+    requirement = next((dep for dep in project.dependencies or ()
+                        if pyproject.requirement_name(dep) in OPENENV_DISTRIBUTIONS), "")
+    name = project.name.replace("\x00", "")
+    return name[:MAX_NAME_LENGTH], " ".join(requirement.split())[:MAX_NAME_LENGTH], []
 
 
 _SKIP_LINE = re.compile(r"^\s*(#|!\[|\[!\[|<|```|\||>|-{3,}|={3,}|\*{3,})")

@@ -27,6 +27,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from registry import conformance, sandbox
+from registry import manifest as mf
 from registry.conformance import CheckResult, ProbeConfig, ProbeTarget
 from registry.hub import FileNotFound, HubClient, HubError, SpaceNotFound
 from registry.models import Environment, Revision, ValidationRun
@@ -291,7 +292,7 @@ def run_local(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
                 "Make every dependency installable from PyPI as a wheel for Linux x86_64 and this Python."),
                 plan=plan, extra=[bound])
         checkpoint("sandbox.start")
-        app = (run.revision.manifest or {}).get("app") or sandbox.DEFAULT_APP
+        app = (run.revision.manifest or {}).get("app") or mf.DEFAULT_APP
         try:
             with sandbox.running_server(folder, venv=venv, app=str(app), config=config, limits=limits) as server:
                 target = ProbeTarget(server.base_url, uds=server.uds, allowed_hosts=(LOCAL_HOST,))
