@@ -340,6 +340,8 @@ HUB_SANDBOX_BINARY_ONLY = env_bool("HUB_SANDBOX_BINARY_ONLY", True)
 # Isolation layers whose absence fails a run instead of being reported (e.g. "net,pid,user" in production).
 HUB_SANDBOX_REQUIRE = env_list("HUB_SANDBOX_REQUIRE", [])
 HUB_SANDBOX_MEMORY_MB = env_int("HUB_SANDBOX_MEMORY_MB", 2048)
+# Everything a sandboxed server may write, its package copy included (a tmpfs: memory, not disk).
+HUB_SANDBOX_DISK_MB = env_int("HUB_SANDBOX_DISK_MB", 1024)
 HUB_SANDBOX_CPU_S = env_int("HUB_SANDBOX_CPU_S", 300)
 HUB_SANDBOX_STARTUP_S = env_float("HUB_SANDBOX_STARTUP_S", 120.0)
 

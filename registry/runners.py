@@ -130,6 +130,7 @@ def _pip_transient(exc: sandbox.SandboxError) -> bool:
 
 
 def _evidence(exc: sandbox.SandboxError, lines: int = 12) -> list[str]:
+    # The log tail is the package's own output: public evidence from untrusted code, capped like all evidence.
     """The error's first line, then the last lines of the log it carries."""
     head = str(exc).split("\n", 1)[0]
     tail = [line for line in exc.log_tail.splitlines() if line.strip()][-lines:]
@@ -217,6 +218,7 @@ def sandbox_limits() -> sandbox.SandboxLimits:
     server_s = settings.HUB_SANDBOX_STARTUP_S + settings.HUB_PROBE_DEADLINE_S + 60
     return sandbox.SandboxLimits(
         memory_bytes=settings.HUB_SANDBOX_MEMORY_MB * 2**20, cpu_seconds=settings.HUB_SANDBOX_CPU_S,
+        disk_bytes=settings.HUB_SANDBOX_DISK_MB * 2**20,
         startup_timeout_s=settings.HUB_SANDBOX_STARTUP_S,
         wall_seconds=server_s,
         # An install ends on pip's own timeout, with its log, before the task's soft time limit cuts it short.
@@ -300,8 +302,9 @@ def run_local(run: ValidationRun, checkpoint: Callable[[str], None]) -> RunResul
                                                extra=[bound], started_at=server.started_at), server)
         except sandbox.SandboxError as exc:
             return _report_without_server(run, _startup_failure(
-                ["the server did not start", *_evidence(exc)],
-                f"Make `uvicorn {app}` start from the package folder and answer GET /health."), plan=plan, extra=[bound])
+                ["the server did not start", *_evidence(exc, 17)],
+                f"Make `uvicorn {app}` start from the package folder and answer GET /health.",
+                measured={"sandbox_isolation": list(exc.isolation)} if exc.isolation else None), plan=plan, extra=[bound])
 
 
 def validation_execute(run: ValidationRun, *, checkpoint: Callable[[str], None]) -> RunResult:

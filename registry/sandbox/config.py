@@ -17,10 +17,12 @@ TOOL_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 
 
 class SandboxError(Exception):
-    """The package could not be installed, started or kept within its limits; `log_tail` is the evidence."""
+    """The package could not be installed, started or kept within its limits; `log_tail` is the evidence, and
+    `isolation` what the server was contained by."""
 
-    def __init__(self, message: str, *, log_tail: str = "") -> None:
+    def __init__(self, message: str, *, log_tail: str = "", isolation: tuple[str, ...] = ()) -> None:
         self.log_tail = log_tail
+        self.isolation = isolation  # the layers the server ran in, when it got as far as starting
         if log_tail:
             message = f"{message}\n--- log (tail) ---\n{log_tail[-4000:]}"
         super().__init__(message)

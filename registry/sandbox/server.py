@@ -368,7 +368,11 @@ def running_server(
                 return inside
             return f"/proc/{supervisor.server_pid}/root{inside}" if supervisor.server_pid else None
 
-        ready_after = _wait_answering(supervisor, lambda: host_path(inside_uds), started, limits)
+        try:
+            ready_after = _wait_answering(supervisor, lambda: host_path(inside_uds), started, limits)
+        except SandboxError as exc:
+            exc.isolation = tuple(plan.layers)
+            raise
         server = RunningServer(
             uds=host_path(inside_uds), pid=proc.pid, started_at=started, ready_after_s=ready_after,
             deadline=started + limits.wall_seconds, workdir=Path(host_path(cwd)), isolation=tuple(plan.layers),

@@ -78,7 +78,7 @@ def test_compose_file_shape():
     # Validations run in their own worker, which must isolate or refuse (never degrade silently).
     assert services["worker"]["command"][-3:-2] == ["default"]
     assert services["validator"]["command"][-3:-2] == ["validation"]
-    assert set(services["validator"]["environment"]["HUB_SANDBOX_REQUIRE"].split(",")) == {"net", "pid", "user"}
+    assert set(services["validator"]["environment"]["HUB_SANDBOX_REQUIRE"].split(",")) == {"net", "pid", "fs", "user"}
     # Its venv cache lives on a volume of its own, not on the one the other services share.
     assert services["validator"]["volumes"][0].split(":")[1] == services["validator"]["environment"]["HUB_SANDBOX_DIR"]
     assert "beat" in services["beat"]["command"]
