@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -90,3 +92,60 @@ def tiny_envs(settings, tmp_path):
     settings.HUB_VALIDATE_NEW_REVISIONS = False
     services.local_sync()
     return Environment.objects.select_related("head").get(key="local/alpha")
+
+
+# --- the integration marker, applied by what a test uses --------------------------------------------------------
+
+# Fixtures that bring a real server or the package index into a test: using one makes it an integration test,
+# whether or not the test remembered to say so.
+INTEGRATION_FIXTURES = {
+    "hub_stub", "corpus_stub", "openenv_python", "local_envs", "openenv_venv", "listeners", "contained",
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if INTEGRATION_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.integration)
+
+
+def _infrastructure() -> set[tuple[str, int]]:
+    """The database and the broker/cache: what every test may reach, offline runs included."""
+    from django.conf import settings
+
+    allowed = set()
+    db = settings.DATABASES["default"]
+    if db.get("HOST"):
+        allowed.add((db["HOST"], int(db.get("PORT") or 5432)))
+    for url in (settings.REDIS_URL, settings.CELERY_BROKER_URL):
+        parts = urlsplit(url or "")
+        if parts.scheme.startswith("redis") and parts.hostname:
+            allowed.add((parts.hostname, parts.port or 6379))
+    return {(socket.gethostbyname(host) if host != "localhost" else "127.0.0.1", port) for host, port in allowed}
+
+
+@pytest.fixture(autouse=True)
+def _offline_unless_integration(request, monkeypatch):
+    """A test not marked `integration` talks to the database and the broker, and to nothing else over the network:
+    `pytest -m "not integration"` is a true offline run. Anything else fails the test with how to fix it."""
+    if request.node.get_closest_marker("integration"):
+        yield
+        return
+    allowed = _infrastructure()
+    original = socket.socket.connect
+    refused: list[str] = []
+
+    def guarded(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            host, port = address[0], address[1]
+            if (host, port) not in allowed and not (host in ("::1", "localhost") and ("127.0.0.1", port) in allowed):
+                refused.append(f"{host}:{port}")
+                raise ConnectionRefusedError(f"offline test: {host}:{port} is not the database or the broker")
+        return original(sock, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded)
+    yield
+    # Checked here, not only where it was raised: the code under test may well have caught the refusal.
+    if refused:
+        pytest.fail(f"this test is not marked `integration` but connected to {', '.join(sorted(set(refused)))}: "
+                    "mark it (or use a fixture that does)", pytrace=False)

@@ -136,6 +136,7 @@ def test_healthz_and_readyz(client, db):
     assert ready.json() == {"status": "ok", "checks": {"database": "ok", "broker": "ok"}}
 
 
+@pytest.mark.integration
 def test_readyz_reports_a_dead_broker(client, db, settings):
     from hub.celery import app
 

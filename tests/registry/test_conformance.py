@@ -628,6 +628,7 @@ def little_server():
     thread.join(5)
 
 
+@pytest.mark.integration
 def test_client_rules(little_server):
     with ProbeClient(little_server, allowed_hosts=("127.0.0.1",), max_body_bytes=1000) as client:
         assert client.request("GET", "/health", timeout_s=5).json() == {"status": "healthy"}
@@ -644,6 +645,7 @@ def test_client_rules(little_server):
         assert time.monotonic() - started < 3
 
 
+@pytest.mark.integration
 def test_probe_of_a_server_that_is_not_openenv(little_server):
     """Whatever answers, the run ends with a schema-valid failing report, within its deadline."""
     started = time.monotonic()
@@ -661,6 +663,7 @@ def test_probe_of_a_server_that_is_not_openenv(little_server):
     assert report["target"] == little_server
 
 
+@pytest.mark.integration
 def test_nothing_listening_means_startup_fails_and_the_rest_is_skipped():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -739,6 +742,7 @@ def fake_env(ws_behaviour: str):
         ("redirect", "upgrade answered 302 redirect to ws://evil.example/ws (not followed)"),
     ],
 )
+@pytest.mark.integration
 def test_a_lying_websocket_fails_the_episode_with_evidence(behaviour, evidence):
     server, thread = fake_env(behaviour)
     try:
@@ -760,6 +764,7 @@ def test_a_lying_websocket_fails_the_episode_with_evidence(behaviour, evidence):
     assert cf.report_problems(report) == []
 
 
+@pytest.mark.integration
 def test_a_task_time_limit_ends_the_probe_instead_of_failing_one_check():
     """Celery's soft time limit arrives as an exception from a signal handler, in the middle of some check."""
     import signal

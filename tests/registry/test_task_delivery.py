@@ -19,7 +19,7 @@ from registry import services
 from registry.models import IndexProblem, SyncRun, ValidationRun
 from registry.services import validation
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
 
 def _closed_port() -> int:

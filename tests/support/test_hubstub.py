@@ -23,6 +23,8 @@ from huggingface_hub.repocard_data import SpaceCardData
 
 from tests.support.hubstub import HubStub, git_blob_oid
 
+pytestmark = pytest.mark.integration
+
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "openenv-envs"
 if not CORPUS.is_dir():  # the repository may be checked out elsewhere
     CORPUS = Path("/work/shared/corpus/openenv-envs")
