@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Sequence
 
 from . import static
-from .http import HostNotAllowed, ProbeClient, ProbeHTTPError, WebSocketFailed, WsReply, WsSession, snippet
+from .episode import CAPACITY_WAIT_S, Episode, EpisodeSession, fixed_actions
+from .http import HostNotAllowed, ProbeClient, ProbeHTTPError, snippet
 from .policy import load_policy
 from .report import ERROR, FAIL, PASS, SKIP, VALIDATOR_VERSION, CheckResult, build_report, clip
 from .schema import (
@@ -38,7 +40,6 @@ from .schema import (
 
 RESERVED_TOOL_NAMES = ("reset", "step", "state", "close")
 HEALTH_POLL_TIMEOUT_S = 5.0
-CAPACITY_RETRY_S = 0.25
 SOURCE_PLAN = "validation/runtime.json"
 SOURCE_SYNTHESIZED = "synthesized from /schema action"
 SOURCE_NONE = "none"
@@ -77,7 +78,7 @@ class ProbeConfig:
     episode_id: str = "openenv-hub-probe"
     time_to_first_work_budget_s: float = 60.0
     poll_interval_s: float = 0.5
-    capacity_wait_s: float = 10.0
+    capacity_wait_s: float = CAPACITY_WAIT_S
     schema_timeout_s: float = 30.0
     # Exceptions that end the whole run instead of becoming one check's error (e.g. a task's time limit).
     passthrough: tuple[type[BaseException], ...] = ()
@@ -102,42 +103,6 @@ def _is_number(value: Any) -> bool:
     return type(value) in (int, float)
 
 
-@dataclass
-class Exchange:
-    """One frame sent on /ws and what came back; `steps` = successful steps before it."""
-
-    op: str
-    label: str
-    reply: WsReply
-    steps: int
-    at: float
-
-
-@dataclass
-class Episode:
-    """Everything recorded on the one /ws session."""
-
-    reset_data: dict
-    actions: list
-    action_source: str
-    exchanges: list[Exchange] = field(default_factory=list)
-    envelope_problems: list[str] = field(default_factory=list)
-    failure: str | None = None  # what ended the episode, with what was sent (evidence)
-    failure_short: str | None = None  # the same without the frame sent (skip reasons)
-    usable: bool = False  # the session can still be talked to
-    steps_ok: int = 0
-    done: bool = False
-    first_reset_at: float | None = None
-    capacity_retries: int = 0
-
-    def observations(self) -> list[Exchange]:
-        return [
-            e for e in self.exchanges
-            if e.op in ("reset", "step") and not e.reply.problem and not e.reply.is_error_frame
-            and isinstance(e.reply.data, dict)
-        ]
-
-
 class _Run:
     def __init__(
         self, *, target: ProbeTarget, config: ProbeConfig, manifest: dict | None, plan: dict | None,
@@ -157,7 +122,8 @@ class _Run:
         self.first_request_at: float | None = None
         self.results: list[CheckResult] = []
         self.client: ProbeClient | None = None
-        self.session: WsSession | None = None
+        self.ws: EpisodeSession | None = None
+        self.actions: list = []  # what the episode was given to play
         self.reachable = False
         self.healthy_at: float | None = None
         self.schema: dict | None = None
@@ -166,7 +132,10 @@ class _Run:
         self.openapi_paths: dict | None = None
         self.mcp: bool | None = None
         self.tools: list | None = None
-        self.episode: Episode | None = None
+
+    @property
+    def episode(self) -> Episode | None:
+        return self.ws.episode if self.ws is not None else None
 
     # ---- plumbing -----------------------------------------------------------
 
@@ -328,7 +297,7 @@ class _Run:
         if episode.steps_ok == 0:
             if episode.failure_short:
                 return f"no step observation to grade (hub.ws_episode: {episode.failure_short})"
-            if not episode.actions:
+            if not self.actions:
                 return "no step observation to grade: no validation/runtime.json and no usable /schema to build an action"
             return "no step observation to grade (the episode ended at reset)"
         return None
@@ -642,76 +611,15 @@ class _Run:
         notes.append("no action source: no valid validation/runtime.json and no usable /schema action; no step was played")
         return reset, [], SOURCE_NONE, notes
 
-    def exchange(
-        self, episode: Episode, op: str, label: str, frame: dict, episode_end: float, check_id: str = "hub.ws_episode",
-    ) -> Exchange:
-        self.progress(check_id)
-        reply = self.session.exchange(frame, timeout_s=self.budget(episode_end - time.monotonic()))
-        record = Exchange(op=op, label=label, reply=reply, steps=episode.steps_ok, at=time.monotonic())
-        episode.exchanges.append(record)
-        if reply.fatal:
-            episode.usable = False
-        return record
-
-    def open_session(self, episode: Episode, episode_end: float) -> Exchange | None:
-        """Open /ws and send reset, waiting while the server's single session slot is still taken."""
-        frame = {"type": "reset", "data": episode.reset_data}
-        give_up = time.monotonic() + min(self.config.capacity_wait_s, self.budget())
-        while True:
-            self.progress("hub.ws_episode")
-            try:
-                self.session = self.client.websocket("/ws", open_timeout_s=self.budget(episode_end - time.monotonic()))
-            except WebSocketFailed as exc:
-                episode.failure = episode.failure_short = str(exc)
-                return None
-            episode.usable = True
-            record = self.exchange(episode, "reset", "reset", frame, episode_end)
-            if record.reply.error_code == "CAPACITY_REACHED" and time.monotonic() + CAPACITY_RETRY_S < give_up:
-                episode.exchanges.pop()
-                episode.capacity_retries += 1
-                self.close_session()
-                time.sleep(CAPACITY_RETRY_S)
-                continue
-            return record
-
-    def reply_problem(self, episode: Episode, record: Exchange, sent: Any) -> bool:
-        """Whether a reply ends the episode (no reply, not JSON, an error frame); records why."""
-        reply = record.reply
-        if reply.problem:
-            what = reply.problem
-        elif reply.is_error_frame:
-            data = reply.data if isinstance(reply.data, dict) else {}
-            what = f"error frame {reply.error_code or '?'}: {clip(data.get('message', ''), 120)}"
-        else:
-            return False
-        episode.failure = f"{record.label} (sent {clip(sent, 100)}): {what}"
-        episode.failure_short = f"{record.label}: {clip(what, 80)}"
-        return True
-
-    def check_envelope(self, episode: Episode, record: Exchange, expected: str) -> None:
-        frame = record.reply.frame
-        problems = []
-        if not isinstance(frame, dict):
-            problems.append(f"reply is not an object: {record.reply.describe(80)}")
-        else:
-            if frame.get("type") != expected:
-                problems.append(f"reply type {frame.get('type')!r}, expected {expected!r}")
-            if not isinstance(frame.get("data"), dict):
-                problems.append("reply data is not an object")
-        for problem in problems:
-            line = f"{record.op}: {problem}"
-            if line not in episode.envelope_problems:
-                episode.envelope_problems.append(line)
-
     def check_ws_episode(self) -> CheckResult:
         cid = "hub.ws_episode"
         reset_data, actions, source, notes = self.plan_actions()
-        episode = Episode(reset_data=reset_data, actions=actions, action_source=source)
-        self.episode = episode
-        episode_end = time.monotonic() + self.config.episode_timeout_s
-        record = self.open_session(episode, episode_end)
-        if record is not None:
-            self.play(episode, record, episode_end)
+        self.actions = actions
+        self.ws = EpisodeSession(self.client, budget=self.budget)
+        episode = self.ws.play(
+            fixed_actions(actions), reset_data=reset_data, deadline=time.monotonic() + self.config.episode_timeout_s,
+            capacity_wait_s=self.config.capacity_wait_s, on_progress=partial(self.progress, cid),
+        )
         steps = [e for e in episode.exchanges if e.op == "step" and not e.reply.problem and not e.reply.is_error_frame]
         resets = [e for e in episode.exchanges if e.op == "reset"]
         latencies = [e.reply.latency_s for e in steps]
@@ -753,54 +661,14 @@ class _Run:
             f"actions {source}; episode {ending}", *notes,
         ])
 
-    def play(self, episode: Episode, reset: Exchange, episode_end: float) -> None:
-        if self.reply_problem(episode, reset, {"type": "reset", "data": episode.reset_data}):
-            return
-        self.check_envelope(episode, reset, "observation")
-        if isinstance(reset.reply.data, dict):
-            episode.first_reset_at = reset.at
-            episode.done = reset.reply.data.get("done") is True
-        if not self.state(episode, "state after reset", episode_end):
-            return
-        for index, action in enumerate(episode.actions, start=1):
-            if episode.done:
-                break
-            if time.monotonic() >= episode_end or self.remaining() <= 0:
-                episode.failure = episode.failure_short = f"the episode budget ran out after {index - 1} step(s)"
-                return
-            frame = {"type": "step", "data": action}
-            record = self.exchange(episode, "step", f"step {index}", frame, episode_end)
-            if self.reply_problem(episode, record, frame):
-                if episode.usable:
-                    after = self.exchange(episode, "state_after_error", "state after the failed step",
-                                          {"type": "state"}, episode_end)
-                    alive = isinstance(after.reply.frame, dict) and after.reply.frame.get("type") == "state"
-                    episode.failure += "; the session still answers state" if alive else "; the session no longer answers"
-                    episode.usable = alive
-                return
-            self.check_envelope(episode, record, "observation")
-            episode.steps_ok += 1
-            data = record.reply.data if isinstance(record.reply.data, dict) else {}
-            episode.done = data.get("done") is True
-            if not self.state(episode, f"state after step {index}", episode_end):
-                return
-
-    def state(self, episode: Episode, label: str, episode_end: float) -> bool:
-        frame = {"type": "state"}
-        record = self.exchange(episode, "state", label, frame, episode_end)
-        if self.reply_problem(episode, record, frame):
-            return False
-        self.check_envelope(episode, record, "state")
-        return True
-
     def check_invalid_action(self) -> CheckResult:
         cid = "hub.invalid_action"
-        episode = self.episode
         action_schema = self.schema.get("action") if isinstance(self.schema, dict) else None
         payload, why = invalid_action(action_schema)
         end = time.monotonic() + self.config.check_timeout_s
-        frame = {"type": "step", "data": payload}
-        record = self.exchange(episode, "invalid", "invalid action", frame, end, cid)
+        progress = partial(self.progress, cid)
+        record = self.ws.exchange("invalid", "invalid action", {"type": "step", "data": payload},
+                                  deadline=end, on_progress=progress)
         reply = record.reply
         measured = {"sent": payload, "why_invalid": why, "reply_code": reply.error_code}
         remediation = ("Validate actions against the action model and answer a bad one with an error frame "
@@ -814,8 +682,8 @@ class _Run:
         if reply.error_code != "VALIDATION_ERROR":
             return CheckResult(cid, FAIL, measured,
                                [f"{sent} -> error code {reply.error_code!r}, expected 'VALIDATION_ERROR'"], remediation)
-        after = self.exchange(episode, "state_after_invalid", "state after the invalid action", {"type": "state"}, end, cid)
-        alive = isinstance(after.reply.frame, dict) and after.reply.frame.get("type") == "state"
+        after, alive = self.ws.answers_state("state_after_invalid", "state after the invalid action",
+                                             deadline=end, on_progress=progress)
         measured["session_answers_after"] = alive
         if not alive:
             return CheckResult(cid, FAIL, measured,
@@ -823,10 +691,8 @@ class _Run:
         return CheckResult(cid, PASS, measured, [f"{sent} -> VALIDATION_ERROR; the session still answers state"])
 
     def close_session(self) -> None:
-        if self.session is not None:
-            self.session.send_only({"type": "close"})
-            self.session.close()
-            self.session = None
+        if self.ws is not None:
+            self.ws.close()
 
     # ---- graders over the recorded episode ----------------------------------
 
