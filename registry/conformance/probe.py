@@ -99,10 +99,6 @@ def _percentile(values: list[float], q: float) -> float | None:
     return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 4)
 
 
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float)
-
-
 class _Run:
     def __init__(
         self, *, target: ProbeTarget, config: ProbeConfig, manifest: dict | None, plan: dict | None,
@@ -755,7 +751,7 @@ class _Run:
             rewards.append(reward)
             if reward is None and record.op == "reset":
                 continue
-            if not _is_number(reward) or not math.isfinite(reward):
+            if not static.is_number(reward) or not math.isfinite(reward):
                 problems.append(f"{record.label}: reward {clip(reward, 40)} is not a finite number")
             elif not low <= reward <= high:
                 problems.append(f"{record.label}: reward {reward} outside [{low}, {high}]")
