@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Sequence
 
-from . import static
+from . import graders, static
 from .episode import CAPACITY_WAIT_S, Episode, EpisodeSession, fixed_actions
 from .http import HostNotAllowed, ProbeClient, ProbeHTTPError, snippet
 from .policy import load_policy
@@ -254,9 +254,10 @@ class _Run:
                 else:
                     self.run("runtime.tool_declaration_accuracy", self.check_tool_declaration)
             for check_id, fn in (
-                ("runtime.observation_schema", self.grade_observations),
-                ("runtime.reward_well_formed", self.grade_rewards),
-                ("runtime.state_contract", self.grade_state),
+                ("runtime.observation_schema",
+                 lambda: graders.observation_schema(self.episode, self.schema, timeout_s=self.schema_budget())),
+                ("runtime.reward_well_formed", lambda: graders.reward_well_formed(self.episode, self.manifest)),
+                ("runtime.state_contract", lambda: graders.state_contract(self.episode)),
             ):
                 reason = self.episode_unmet()
                 if check_id == "runtime.observation_schema" and not reason and not self.schema_ok:
@@ -265,7 +266,7 @@ class _Run:
                     self.skip(check_id, reason)
                 else:
                     self.run(check_id, fn)
-            self.run("hub.time_to_first_work", self.check_time_to_first_work)
+            self.run("hub.time_to_first_work", self.grade_time_to_first_work)
         finally:
             self.close_session()
             self.client.close()
@@ -690,129 +691,14 @@ class _Run:
         if self.ws is not None:
             self.ws.close()
 
-    # ---- graders over the recorded episode ----------------------------------
+    # ---- graders over the recorded episode (graders.py) ----------------------
 
-    def grade_observations(self) -> CheckResult:
-        cid = "runtime.observation_schema"
-        episode = self.episode
-        step_schema = self.schema["observation"]
-        reset_schema = self.schema.get("reset_observation") or step_schema
-        problems, instances = [], {"reset": [], "step": []}
-        labels = {"reset": [], "step": []}
-        for record in episode.observations():
-            data = record.reply.data
-            observation = data.get("observation")
-            shape = []
-            if not isinstance(observation, dict):
-                shape.append("observation is not an object")
-            if type(data.get("done")) is not bool:
-                shape.append(f"done is {clip(data.get('done'), 40)}, not a boolean")
-            if "reward" not in data:
-                shape.append("reward is missing")
-            if shape:
-                problems.append(f"{record.label}: {'; '.join(shape)}")
-                continue
-            # The wire lifts reward and done out of the observation model; put them back.
-            instances[record.op].append({**observation, "reward": data.get("reward"), "done": data.get("done")})
-            labels[record.op].append(record.label)
-        tasks = [{"id": op, "op": "validate", "schema": schema, "instances": instances[op]}
-                 for op, schema in (("reset", reset_schema), ("step", step_schema)) if instances[op]]
-        try:
-            outcome = evaluate(tasks, timeout_s=self.schema_budget())
-        except SchemaWorkerError as exc:
-            return CheckResult(cid, FAIL, {}, [str(exc)],
-                               "Keep the observation schema simple enough to evaluate (no pathological patterns).")
-        for task in tasks:
-            entry = outcome.get(task["id"], {})
-            if entry.get("failed"):
-                problems.append(f"the {task['id']} observation schema could not be evaluated: {entry['failed']}")
-                continue
-            for label, errors in zip(labels[task["id"]], entry.get("results", [])):
-                problems += [f"{label}: {error}" for error in errors[:3]]
-        measured = {"observations": sum(len(v) for v in instances.values()),
-                    "reset_schema": "reset_observation" if self.schema.get("reset_observation") else "observation"}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems,
-                               "Make reset/step observations match /schema's observation (reset_observation for reset): "
-                               "send what the pydantic Observation model declares.")
-        return CheckResult(cid, PASS, measured, [f"{measured['observations']} observation(s) valid against /schema"])
-
-    def grade_rewards(self) -> CheckResult:
-        cid = "runtime.reward_well_formed"
-        low, high = static.reward_range(self.manifest)
-        declared = static.declared_reward_range(self.manifest) is not None
-        problems, rewards = [], []
-        for record in self.episode.observations():
-            data = record.reply.data
-            if "reward" not in data:
-                problems.append(f"{record.label}: reward is missing")
-                continue
-            reward = data["reward"]
-            rewards.append(reward)
-            if reward is None and record.op == "reset":
-                continue
-            if not static.is_number(reward) or not math.isfinite(reward):
-                problems.append(f"{record.label}: reward {clip(reward, 40)} is not a finite number")
-            elif not low <= reward <= high:
-                problems.append(f"{record.label}: reward {reward} outside [{low}, {high}]")
-        measured = {"range": [low, high], "range_source": "validation.reward.range" if declared else "default",
-                    "rewards": rewards[:100]}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems,
-                               f"Return finite rewards within [{low}, {high}], or declare the real range in "
-                               "openenv.yaml validation.reward.range.")
-        return CheckResult(cid, PASS, measured, [f"{len(rewards)} reward(s) {clip(rewards[:10], 100)} in [{low}, {high}]"])
-
-    def grade_state(self) -> CheckResult:
-        cid = "runtime.state_contract"
-        expected_id = self.episode.reset_data.get("episode_id")
-        problems, checked = [], 0
-        for record in self.episode.exchanges:
-            if record.op != "state" or record.reply.problem or record.reply.is_error_frame:
-                continue
-            data = record.reply.data
-            if not isinstance(data, dict):
-                problems.append(f"{record.label}: state data is not an object")
-                continue
-            checked += 1
-            if data.get("episode_id") != expected_id:
-                problems.append(f"{record.label}: episode_id {clip(data.get('episode_id'), 60)}, "
-                                f"expected {expected_id!r} (sent with reset)")
-            count = data.get("step_count")
-            if type(count) is not int or count != record.steps:
-                problems.append(f"{record.label}: step_count {clip(count, 30)}, expected {record.steps}")
-        measured = {"states": checked, "episode_id": expected_id, "steps": self.episode.steps_ok}
-        if not checked:
-            problems.append("no state reply to check")
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems,
-                               "Keep the episode_id passed to reset() in state and increment state.step_count on "
-                               "every step().")
-        return CheckResult(cid, PASS, measured, [f"{checked} state(s): episode_id {expected_id!r} kept, "
-                                                 f"step_count counted to {self.episode.steps_ok}"])
-
-    def check_time_to_first_work(self) -> CheckResult:
-        cid = "hub.time_to_first_work"
-        origin = self.origin()
-        budget = self.config.time_to_first_work_budget_s
-        first_reset = self.episode.first_reset_at if self.episode else None
-        measured = {
-            "origin": "process_start" if self.started_at is not None else "first_request",
-            "time_to_healthy_s": round(self.healthy_at - origin, 3) if self.healthy_at else None,
-            "time_to_first_reset_s": round(first_reset - origin, 3) if first_reset else None,
-            "budget_s": budget,
-        }
-        if first_reset is None:
-            return CheckResult(cid, SKIP, measured, ["unmet dependency: hub.ws_episode (no reset observation)"])
-        seconds = first_reset - origin
-        if seconds > budget:
-            return CheckResult(cid, FAIL, measured,
-                               [f"first reset observation {seconds:.1f} s after {measured['origin'].replace('_', ' ')}, "
-                                f"over the {budget:.0f} s budget"],
-                               "Start faster: defer heavy imports and downloads until they are needed.")
-        healthy = f"healthy after {measured['time_to_healthy_s']:.2f} s, " if self.healthy_at else ""
-        return CheckResult(cid, PASS, measured, [f"{healthy}first reset observation after {seconds:.2f} s "
-                                                 f"(from {measured['origin'].replace('_', ' ')})"])
+    def grade_time_to_first_work(self) -> CheckResult:
+        return graders.time_to_first_work(
+            origin=self.origin(), origin_kind="process_start" if self.started_at is not None else "first_request",
+            healthy_at=self.healthy_at, first_reset_at=self.episode.first_reset_at if self.episode else None,
+            budget_s=self.config.time_to_first_work_budget_s,
+        )
 
 
 def _target_string(target: ProbeTarget, source: dict) -> str:
