@@ -13,6 +13,10 @@ invalid action, then close) as early as possible so that time to first work
 is not inflated by the other checks; then /openapi.json, /metadata, the HTTP
 mode probe and /mcp; then the graders over the recorded episode. The report
 lists results in policy order.
+
+This module keeps the order of work, the budgets and the turning of
+everything into results; the work itself is in `surface` (the HTTP checks),
+`episode` (the /ws player) and `graders` (the checks over the recorded episode).
 """
 
 from __future__ import annotations
@@ -21,25 +25,16 @@ import math
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 from . import graders, static
 from .episode import CAPACITY_WAIT_S, Episode, EpisodeSession, fixed_actions
-from .http import HostNotAllowed, ProbeClient, ProbeHTTPError, snippet
+from .http import HostNotAllowed, ProbeClient, ProbeHTTPError
 from .policy import load_policy
 from .report import ERROR, FAIL, PASS, SKIP, VALIDATOR_VERSION, CheckResult, build_report, clip
-from .schema import (
-    ProbeOverloaded,
-    SchemaWorkerError,
-    evaluate,
-    invalid_action,
-    remote_refs,
-    schema_errors,
-    synthesize_action,
-)
+from .schema import ProbeOverloaded, invalid_action
+from .surface import Surface
 
-RESERVED_TOOL_NAMES = ("reset", "step", "state", "close")
-HEALTH_POLL_TIMEOUT_S = 5.0
 SOURCE_PLAN = "validation/runtime.json"
 SOURCE_SYNTHESIZED = "synthesized from /schema action"
 SOURCE_NONE = "none"
@@ -115,19 +110,11 @@ class _Run:
         self.started_at = started_at
         self.t0 = time.monotonic()
         self.deadline = self.t0 + config.deadline_s
-        self.first_request_at: float | None = None
         self.results: list[CheckResult] = []
         self.client: ProbeClient | None = None
         self.ws: EpisodeSession | None = None
         self.actions: list = []  # what the episode was given to play
-        self.reachable = False
-        self.healthy_at: float | None = None
-        self.schema: dict | None = None
-        self.schema_ok = False
-        self.synth: tuple[dict | None, list[str], list[str]] | None = None  # action, notes, schema errors
-        self.openapi_paths: dict | None = None
-        self.mcp: bool | None = None
-        self.tools: list | None = None
+        self.surface: Surface | None = None
 
     @property
     def episode(self) -> Episode | None:
@@ -153,6 +140,12 @@ class _Run:
     def schema_budget(self) -> float:
         """Wall-clock time for one sandboxed schema evaluation; its CPU is capped separately."""
         return max(0.5, min(self.config.schema_timeout_s, self.remaining()))
+
+    def origin(self) -> float:
+        if self.started_at is not None:
+            return self.started_at
+        first = self.surface.first_request_at if self.surface is not None else None
+        return first if first is not None else self.t0
 
     def run(self, check_id: str, fn: Callable[[], CheckResult]) -> CheckResult:
         self.progress(check_id)
@@ -202,14 +195,6 @@ class _Run:
         self.results.append(result)
         return result
 
-    def get(self, path: str, *, timeout_s: float | None = None):
-        if self.first_request_at is None:
-            self.first_request_at = time.monotonic()
-        return self.client.request("GET", path, timeout_s=self.budget(timeout_s))
-
-    def post(self, path: str, body: Any):
-        return self.client.request("POST", path, timeout_s=self.budget(), json_body=body)
-
     # ---- the run ------------------------------------------------------------
 
     def execute(self) -> None:
@@ -226,12 +211,16 @@ class _Run:
             ))
             self.skip_rest("unmet dependency: runtime.startup (target refused)")
             return
+        surface = self.surface = Surface(self.client, self)
         try:
-            self.run("runtime.startup", self.check_startup)
-            if not self.reachable:
+            self.run("runtime.startup", partial(
+                surface.check_startup, timeout_s=self.config.startup_timeout_s,
+                poll_interval_s=self.config.poll_interval_s, runner=self.source.get("runner"),
+            ))
+            if not surface.reachable:
                 self.skip_rest("unmet dependency: runtime.startup (the server never answered HTTP)")
                 return
-            self.run("hub.schema_endpoint", self.check_schema)
+            self.run("hub.schema_endpoint", partial(surface.check_schema, synthesize=self.plan is None))
             self.run("hub.ws_episode", self.check_ws_episode)
             if self.episode is not None and self.episode.usable and self.episode.first_reset_at is not None:
                 self.run("hub.invalid_action", self.check_invalid_action)
@@ -239,28 +228,29 @@ class _Run:
                 why = (self.episode.failure_short if self.episode else None) or "no session"
                 self.skip("hub.invalid_action", f"unmet dependency: hub.ws_episode (session unusable: {why})")
             self.close_session()
-            self.run("hub.openapi", self.check_openapi)
-            self.run("hub.metadata", self.check_metadata)
-            self.run("hub.http_mode", self.check_http_mode)
-            self.run("hub.mcp_endpoint", self.check_mcp_endpoint)
-            if self.mcp is True:
-                self.run("hub.mcp_tools", self.check_mcp_tools)
-            elif self.mcp is None:
+            self.run("hub.openapi", surface.check_openapi)
+            self.run("hub.metadata", surface.check_metadata)
+            self.run("hub.http_mode", surface.check_http_mode)
+            self.run("hub.mcp_endpoint", surface.check_mcp_endpoint)
+            if surface.mcp is True:
+                self.run("hub.mcp_tools", surface.check_mcp_tools)
+            elif surface.mcp is None:
                 self.skip("hub.mcp_tools", "unmet dependency: hub.mcp_endpoint")
             # mcp is False: not an MCP environment, so the tool checks do not apply and are not reported.
             if self.declared_tools():
-                if self.mcp is None:
+                if surface.mcp is None:
                     self.skip("runtime.tool_declaration_accuracy", "unmet dependency: hub.mcp_endpoint")
                 else:
-                    self.run("runtime.tool_declaration_accuracy", self.check_tool_declaration)
+                    self.run("runtime.tool_declaration_accuracy",
+                             partial(surface.check_tool_declaration, self.declared_tools()))
             for check_id, fn in (
                 ("runtime.observation_schema",
-                 lambda: graders.observation_schema(self.episode, self.schema, timeout_s=self.schema_budget())),
+                 lambda: graders.observation_schema(self.episode, surface.schema, timeout_s=self.schema_budget())),
                 ("runtime.reward_well_formed", lambda: graders.reward_well_formed(self.episode, self.manifest)),
                 ("runtime.state_contract", lambda: graders.state_contract(self.episode)),
             ):
                 reason = self.episode_unmet()
-                if check_id == "runtime.observation_schema" and not reason and not self.schema_ok:
+                if check_id == "runtime.observation_schema" and not reason and not surface.schema_ok:
                     reason = "unmet dependency: hub.schema_endpoint (no usable /schema)"
                 if reason:
                     self.skip(check_id, reason)
@@ -299,295 +289,6 @@ class _Run:
             return "no step observation to grade (the episode ended at reset)"
         return None
 
-    # ---- HTTP surface -------------------------------------------------------
-
-    def check_startup(self) -> CheckResult:
-        cid = "runtime.startup"
-        end = min(self.deadline, time.monotonic() + self.config.startup_timeout_s)
-        attempts, last, app_up_evidence = 0, "no answer", None
-        measured: dict[str, Any] = {
-            "base_url": self.client.base_url, "transport": "uds" if self.target.uds else "tcp",
-            "runner": self.source.get("runner"), "validator_version": VALIDATOR_VERSION,
-        }
-        while True:
-            self.progress(cid)
-            attempts += 1
-            try:
-                response = self.get("/health", timeout_s=min(HEALTH_POLL_TIMEOUT_S, end - time.monotonic()))
-            except ProbeHTTPError as exc:
-                last = str(exc)
-            else:
-                self.reachable = True
-                try:
-                    body = response.json()
-                except ProbeHTTPError:
-                    body = None
-                if response.status == 200 and isinstance(body, dict) and body.get("status") == "healthy":
-                    self.healthy_at = time.monotonic()
-                    measured.update(attempts=attempts, time_to_healthy_s=round(self.healthy_at - self.origin(), 3))
-                    return CheckResult(cid, PASS, measured, [f"GET /health -> 200 {snippet(response.body, 80)} "
-                                                             f"after {attempts} attempt(s)"])
-                last = response.describe()
-                if response.is_redirect:
-                    break
-                # A proxy in front of a starting Space also answers non-healthy; only
-                # stop waiting when the app itself is clearly up and /health still says no.
-                app_up_evidence = self.app_is_up()
-                if app_up_evidence:
-                    break
-            if time.monotonic() + self.config.poll_interval_s >= end:
-                break
-            time.sleep(self.config.poll_interval_s)
-        measured.update(attempts=attempts, waited_s=round(time.monotonic() - self.t0, 3))
-        if not self.reachable and self.remaining() <= 0:
-            result = self.deadline_result(cid, during=True)
-            result.measured.update(measured)
-            result.evidence.append(last)
-            return result
-        evidence = [last]
-        if app_up_evidence:
-            evidence.append(f"{app_up_evidence}, so the app is up and /health is not healthy")
-        elif not self.reachable:
-            evidence.append(f"no HTTP answer from {self.client.base_url} in {attempts} attempt(s) "
-                            f"over {time.monotonic() - self.t0:.1f} s")
-        return CheckResult(
-            cid, FAIL, measured, evidence,
-            "Serve GET /health with 200 {\"status\": \"healthy\"} once the app can take requests (the stock "
-            "create_app route does); make sure the server starts within the startup budget.",
-        )
-
-    def app_is_up(self) -> str | None:
-        try:
-            response = self.get("/openapi.json", timeout_s=HEALTH_POLL_TIMEOUT_S)
-            body = response.json() if response.status == 200 else None
-        except ProbeHTTPError:
-            return None
-        if isinstance(body, dict) and isinstance(body.get("paths"), dict):
-            return "GET /openapi.json -> 200"
-        return None
-
-    def origin(self) -> float:
-        if self.started_at is not None:
-            return self.started_at
-        return self.first_request_at if self.first_request_at is not None else self.t0
-
-    def json_object(self, cid: str, path: str, remediation: str, *, payload: dict | None = None
-                    ) -> tuple[Any, dict | None, CheckResult | None]:
-        """GET (or POST `payload` to) `path` and parse a JSON object: (response, body, None) or the failing result."""
-        response = self.get(path) if payload is None else self.post(path, payload)
-        if response.status != 200:
-            return response, None, CheckResult(cid, FAIL, {"status": response.status}, [response.describe()], remediation)
-        try:
-            body = response.json()
-        except ProbeHTTPError as exc:
-            return response, None, CheckResult(cid, FAIL, {"status": response.status}, [str(exc)], remediation)
-        if not isinstance(body, dict):
-            return response, None, CheckResult(
-                cid, FAIL, {}, [f"{path} is not a JSON object: {snippet(response.body, 80)}"], remediation)
-        return response, body, None
-
-    def check_openapi(self) -> CheckResult:
-        cid = "hub.openapi"
-        remediation = "Serve FastAPI's OpenAPI document at /openapi.json (create_app does)."
-        _, body, failed = self.json_object(cid, "/openapi.json", remediation)
-        if failed:
-            return failed
-        info = body.get("info")
-        version = info.get("version") if isinstance(info, dict) else None
-        paths = body.get("paths")
-        problems = []
-        if not isinstance(version, str):
-            problems.append("the document has no info.version string")
-        if not isinstance(paths, dict):
-            problems.append("the document has no paths object")
-        else:
-            self.openapi_paths = paths
-        measured = {"info_version": version if isinstance(version, str) else None,
-                    "paths": len(paths) if isinstance(paths, dict) else None}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems, remediation)
-        return CheckResult(cid, PASS, measured, [f"info.version {version!r}, {len(paths)} paths"])
-
-    def check_metadata(self) -> CheckResult:
-        cid = "hub.metadata"
-        remediation = "Serve /metadata with a name and a description (override get_metadata() in the environment)."
-        response, body, failed = self.json_object(cid, "/metadata", remediation)
-        if failed:
-            return failed
-        name, description = body.get("name"), body.get("description")
-        measured = {key: body.get(key) for key in ("name", "description", "version") if isinstance(body.get(key), str)}
-        problems = []
-        if not isinstance(name, str) or not name.strip():
-            problems.append(f"/metadata has no name: {snippet(response.body, 120)}")
-        if not isinstance(description, str) or not description.strip():
-            problems.append(f"/metadata has no description: {snippet(response.body, 120)}")
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems, remediation)
-        return CheckResult(cid, PASS, measured, [f"name {name!r}, description {clip(description, 80)!r}"])
-
-    def check_schema(self) -> CheckResult:
-        cid = "hub.schema_endpoint"
-        remediation = ("Serve /schema with the action, observation and state JSON Schemas "
-                       "(create_app does, from the pydantic models).")
-        response, body, failed = self.json_object(cid, "/schema", remediation)
-        if failed:
-            return failed
-        problems = [f"/schema has no {key} object" for key in ("action", "observation", "state")
-                    if not isinstance(body.get(key), dict)]
-        if body.get("reset_observation") is not None and not isinstance(body.get("reset_observation"), dict):
-            problems.append("/schema reset_observation is not an object")
-        parts = [k for k in ("action", "observation", "state", "reset_observation") if isinstance(body.get(k), dict)]
-        for key in parts:
-            refs = remote_refs(body[key])
-            if refs:
-                problems.append(f"{key} schema has non-local references {refs} (never fetched)")
-        for key in parts:
-            problems += [f"{key} is not a valid JSON Schema: {error}" for error in schema_errors(body[key])]
-        if isinstance(body.get("action"), dict) and self.plan is None:
-            action, notes = synthesize_action(body["action"])
-            self.synth = (action, notes, [])
-            if action is not None and not problems:
-                # Whether the action satisfies the schema means matching the environment's patterns: sandboxed.
-                try:
-                    entry = evaluate([{"id": "a", "op": "validate", "schema": body["action"], "instances": [action]}],
-                                     timeout_s=self.schema_budget()).get("a", {})
-                    errors = (entry.get("results") or [[]])[0] or ([entry["failed"]] if entry.get("failed") else [])
-                except SchemaWorkerError as exc:
-                    errors = [str(exc)]
-                self.synth = (action, notes, errors)
-        self.schema = body
-        self.schema_ok = not problems
-        measured = {"keys": sorted(body)[:20]}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems, remediation)
-        return CheckResult(cid, PASS, measured, [f"{', '.join(parts)}: valid JSON Schemas"])
-
-    def check_http_mode(self) -> CheckResult:
-        cid = "hub.http_mode"
-        # A method the route does not serve: FastAPI answers 405 when the path
-        # exists and 404 when it does not, without running environment code.
-        probes = (("/reset", "GET"), ("/step", "GET"), ("/state", "POST"))
-        live: dict[str, bool | None] = {}
-        seen = []
-        for path, method in probes:
-            try:
-                response = self.client.request(method, path, timeout_s=self.budget())
-            except ProbeHTTPError as exc:
-                live[path] = None
-                seen.append(f"{method} {path}: {exc}")
-                continue
-            live[path] = None if response.is_redirect else response.status != 404
-            seen.append(f"{method} {path} -> {response.status}")
-        documented = {p: p in self.openapi_paths for p, _ in probes} if self.openapi_paths is not None else None
-        present = {p: (live[p] if live[p] is not None else (documented or {}).get(p)) for p, _ in probes}
-        measured: dict[str, Any] = {"live": live, "openapi": documented}
-        notes = []
-        if documented is not None and any(live[p] is not None and live[p] != documented[p] for p, _ in probes):
-            notes.append("the OpenAPI document disagrees with the routes served: "
-                         + ", ".join(f"{p} {'documented' if documented[p] else 'undocumented'}"
-                                     for p, _ in probes if live[p] is not None and live[p] != documented[p]))
-        if any(v is None for v in present.values()):
-            measured["mode"] = "unknown"
-            return CheckResult(cid, FAIL, measured, [*seen, *notes],
-                               "Answer plain HTTP on /reset, /step and /state (405 or 404), without redirects.")
-        served = [p for p, v in present.items() if v]
-        if len(served) == 3 or not served:
-            measured["mode"] = "simulation" if served else "production"
-            summary = ("simulation mode: /reset, /step and /state are served" if served
-                       else "production mode: no HTTP /reset, /step or /state")
-            return CheckResult(cid, PASS, measured, [f"{summary} ({'; '.join(seen)})", *notes])
-        measured["mode"] = "inconsistent"
-        absent = [p for p, v in present.items() if not v]
-        return CheckResult(
-            cid, FAIL, measured,
-            [f"inconsistent: {', '.join(served)} served but {', '.join(absent)} absent ({'; '.join(seen)})", *notes],
-            "Serve all of POST /reset, POST /step and GET /state (OPENENV_MODE=simulation) or none of them "
-            "(production); do not remove some of create_app's routes.",
-        )
-
-    def check_mcp_endpoint(self) -> CheckResult:
-        cid = "hub.mcp_endpoint"
-        remediation = "Keep create_app's POST /mcp: JSON-RPC 2.0, answering tools/list (or -32603 for a non-MCP environment)."
-        request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-        response, body, failed = self.json_object(cid, "/mcp", remediation, payload=request)
-        if failed:
-            return failed
-        if body.get("jsonrpc") != "2.0":
-            return CheckResult(cid, FAIL, {}, [f"tools/list -> not JSON-RPC 2.0: {snippet(response.body, 120)}"], remediation)
-        result, error = body.get("result"), body.get("error")
-        if isinstance(result, dict) and isinstance(result.get("tools"), list):
-            self.mcp, self.tools = True, result["tools"]
-            return CheckResult(cid, PASS, {"mcp": True, "tools": len(self.tools)},
-                               [f"tools/list -> {len(self.tools)} tool(s)"])
-        if isinstance(error, dict):
-            code, message = error.get("code"), str(error.get("message", ""))
-            if code == -32603 and "does not support MCP" in message:
-                self.mcp = False
-                return CheckResult(cid, PASS, {"mcp": False},
-                                   [f"not an MCP environment: tools/list -> {code} {message!r}; MCP tool checks do not apply"])
-            return CheckResult(cid, FAIL, {"error_code": code},
-                               [f"tools/list -> error {code}: {clip(message, 120)}"], remediation)
-        return CheckResult(cid, FAIL, {}, [f"tools/list -> neither a tool list nor an error: {snippet(response.body, 120)}"],
-                           remediation)
-
-    def check_mcp_tools(self) -> CheckResult:
-        cid = "hub.mcp_tools"
-        tools = self.tools or []
-        problems, names = [], []
-        for index, tool in enumerate(tools[:200]):
-            if not isinstance(tool, dict):
-                problems.append(f"tool #{index} is not an object")
-                continue
-            name = tool.get("name")
-            if not isinstance(name, str) or not name.strip():
-                problems.append(f"tool #{index} has no name")
-                continue
-            if name in names:
-                problems.append(f"tool name {name!r} is listed twice")
-            names.append(name)
-            if name in RESERVED_TOOL_NAMES:
-                problems.append(f"tool {name!r} uses a reserved name (reset, step, state and close belong to the protocol)")
-            schema = tool.get("inputSchema", tool.get("input_schema"))
-            if not isinstance(schema, dict):
-                problems.append(f"tool {name!r} has no input schema")
-                continue
-            refs = remote_refs(schema)
-            if refs:
-                problems.append(f"tool {name!r} input schema has non-local references {refs}")
-            errors = schema_errors(schema, limit=1)
-            if errors:
-                problems.append(f"tool {name!r} input schema is not a valid JSON Schema: {errors[0]}")
-        if not tools:
-            problems.append("tools/list returned no tools")
-        measured = {"tools": names[:100], "count": len(tools)}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems,
-                               "Give every MCP tool a unique name that is not reset, step, state or close, and a valid "
-                               "JSON Schema as inputSchema.")
-        return CheckResult(cid, PASS, measured, [f"{len(names)} tool(s) {names[:10]}: named, valid input schemas, "
-                                                 "no reserved names"])
-
-    def check_tool_declaration(self) -> CheckResult:
-        cid = "runtime.tool_declaration_accuracy"
-        declared = sorted(set(self.declared_tools()))
-        remediation = "Make validation.capabilities.declared_tools in openenv.yaml list exactly the tools /mcp serves."
-        if self.mcp is False:
-            return CheckResult(cid, FAIL, {"declared": declared, "listed": []},
-                               [f"openenv.yaml declares tools {declared} but /mcp says the environment does not support MCP"],
-                               remediation)
-        listed = sorted({t.get("name") for t in self.tools or [] if isinstance(t, dict) and isinstance(t.get("name"), str)})
-        missing = [t for t in declared if t not in listed]
-        extra = [t for t in listed if t not in declared]
-        measured = {"declared": declared, "listed": listed[:100]}
-        problems = []
-        if missing:
-            problems.append(f"declared but not listed by /mcp: {missing}")
-        if extra:
-            problems.append(f"listed by /mcp but not declared: {extra}")
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems, remediation)
-        return CheckResult(cid, PASS, measured, [f"/mcp lists exactly the declared tools {declared}"])
-
     # ---- the WebSocket episode ----------------------------------------------
 
     def plan_actions(self) -> tuple[dict, list, str, list[str]]:
@@ -599,11 +300,12 @@ class _Run:
         if self.plan_present:
             notes.append("validation/runtime.json is not a valid plan (see hub.runtime_plan); actions were synthesized")
         reset = {"seed": self.config.seed, "episode_id": self.config.episode_id}
-        action = self.synth[0] if self.synth else None
+        synth = self.surface.synth
+        action = synth[0] if synth else None
         if action is not None:
-            if self.synth[2]:
-                notes.append(f"the synthesized action does not fully satisfy the action schema: {self.synth[2][0]}")
-            notes += self.synth[1][:3]
+            if synth[2]:
+                notes.append(f"the synthesized action does not fully satisfy the action schema: {synth[2][0]}")
+            notes += synth[1][:3]
             return reset, [action] * max(1, self.config.steps), SOURCE_SYNTHESIZED, notes
         notes.append("no action source: no valid validation/runtime.json and no usable /schema action; no step was played")
         return reset, [], SOURCE_NONE, notes
@@ -660,7 +362,7 @@ class _Run:
 
     def check_invalid_action(self) -> CheckResult:
         cid = "hub.invalid_action"
-        action_schema = self.schema.get("action") if isinstance(self.schema, dict) else None
+        action_schema = self.surface.schema.get("action") if isinstance(self.surface.schema, dict) else None
         payload, why = invalid_action(action_schema)
         end = time.monotonic() + self.config.check_timeout_s
         progress = partial(self.progress, cid)
@@ -696,7 +398,7 @@ class _Run:
     def grade_time_to_first_work(self) -> CheckResult:
         return graders.time_to_first_work(
             origin=self.origin(), origin_kind="process_start" if self.started_at is not None else "first_request",
-            healthy_at=self.healthy_at, first_reset_at=self.episode.first_reset_at if self.episode else None,
+            healthy_at=self.surface.healthy_at, first_reset_at=self.episode.first_reset_at if self.episode else None,
             budget_s=self.config.time_to_first_work_budget_s,
         )
 
