@@ -12,8 +12,16 @@
 
 The report is OpenEnv's report-v2 (lane "hub", policy "hub-1"); the policy
 (`policy.json`) lists every check id with its level, lane and severity.
+
+Episodes over /ws without a report (evaluations, replays) go through the
+episode player, with any policy:
+
+    from registry.conformance import ProbeClient, fixed_actions, play_episode
+    episode = play_episode(ProbeClient(url, allowed_hosts=("*.hf.space",)), fixed_actions(actions),
+                           reset_data={"seed": 0}, deadline=time.monotonic() + 60)
 """
 
+from .episode import Episode, EpisodeSession, Exchange, fixed_actions, play_episode
 from .http import BodyTooLarge, HostNotAllowed, ProbeClient, ProbeHTTPError, host_allowed
 from .policy import POLICY_VERSION, Policy, PolicyEntry, PolicyError, load_policy
 from .probe import ProbeConfig, ProbeTarget, report_without_runtime, run_validation
@@ -51,6 +59,9 @@ __all__ = [
     "VALIDATOR_VERSION",
     "BodyTooLarge",
     "CheckResult",
+    "Episode",
+    "EpisodeSession",
+    "Exchange",
     "HostNotAllowed",
     "Policy",
     "PolicyEntry",
@@ -60,11 +71,13 @@ __all__ = [
     "ProbeHTTPError",
     "ProbeTarget",
     "build_report",
+    "fixed_actions",
     "host_allowed",
     "invalid_action",
     "load_policy",
     "normalize_manifest",
     "parse_runtime_plan",
+    "play_episode",
     "report_problems",
     "report_schema",
     "report_without_runtime",

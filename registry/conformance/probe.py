@@ -13,32 +13,28 @@ invalid action, then close) as early as possible so that time to first work
 is not inflated by the other checks; then /openapi.json, /metadata, the HTTP
 mode probe and /mcp; then the graders over the recorded episode. The report
 lists results in policy order.
+
+This module keeps the order of work, the budgets and the turning of
+everything into results; the work itself is in `surface` (the HTTP checks),
+`episode` (the /ws player) and `graders` (the checks over the recorded episode).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable, Sequence
 
-from . import static
-from .http import HostNotAllowed, ProbeClient, ProbeHTTPError, WebSocketFailed, WsReply, WsSession, snippet
+from . import graders, static
+from .episode import CAPACITY_WAIT_S, Episode, EpisodeSession, fixed_actions
+from .http import HostNotAllowed, ProbeClient, ProbeHTTPError
 from .policy import load_policy
 from .report import ERROR, FAIL, PASS, SKIP, VALIDATOR_VERSION, CheckResult, build_report, clip
-from .schema import (
-    ProbeOverloaded,
-    SchemaWorkerError,
-    evaluate,
-    invalid_action,
-    remote_refs,
-    schema_errors,
-    synthesize_action,
-)
+from .schema import ProbeOverloaded, invalid_action
+from .surface import Surface
 
-RESERVED_TOOL_NAMES = ("reset", "step", "state", "close")
-HEALTH_POLL_TIMEOUT_S = 5.0
-CAPACITY_RETRY_S = 0.25
 SOURCE_PLAN = "validation/runtime.json"
 SOURCE_SYNTHESIZED = "synthesized from /schema action"
 SOURCE_NONE = "none"
@@ -77,7 +73,7 @@ class ProbeConfig:
     episode_id: str = "openenv-hub-probe"
     time_to_first_work_budget_s: float = 60.0
     poll_interval_s: float = 0.5
-    capacity_wait_s: float = 10.0
+    capacity_wait_s: float = CAPACITY_WAIT_S
     schema_timeout_s: float = 30.0
     # Exceptions that end the whole run instead of becoming one check's error (e.g. a task's time limit).
     passthrough: tuple[type[BaseException], ...] = ()
@@ -98,46 +94,6 @@ def _percentile(values: list[float], q: float) -> float | None:
     return round(ordered[max(0, math.ceil(q * len(ordered)) - 1)], 4)
 
 
-def _is_number(value: Any) -> bool:
-    return type(value) in (int, float)
-
-
-@dataclass
-class Exchange:
-    """One frame sent on /ws and what came back; `steps` = successful steps before it."""
-
-    op: str
-    label: str
-    reply: WsReply
-    steps: int
-    at: float
-
-
-@dataclass
-class Episode:
-    """Everything recorded on the one /ws session."""
-
-    reset_data: dict
-    actions: list
-    action_source: str
-    exchanges: list[Exchange] = field(default_factory=list)
-    envelope_problems: list[str] = field(default_factory=list)
-    failure: str | None = None  # what ended the episode, with what was sent (evidence)
-    failure_short: str | None = None  # the same without the frame sent (skip reasons)
-    usable: bool = False  # the session can still be talked to
-    steps_ok: int = 0
-    done: bool = False
-    first_reset_at: float | None = None
-    capacity_retries: int = 0
-
-    def observations(self) -> list[Exchange]:
-        return [
-            e for e in self.exchanges
-            if e.op in ("reset", "step") and not e.reply.problem and not e.reply.is_error_frame
-            and isinstance(e.reply.data, dict)
-        ]
-
-
 class _Run:
     def __init__(
         self, *, target: ProbeTarget, config: ProbeConfig, manifest: dict | None, plan: dict | None,
@@ -154,19 +110,15 @@ class _Run:
         self.started_at = started_at
         self.t0 = time.monotonic()
         self.deadline = self.t0 + config.deadline_s
-        self.first_request_at: float | None = None
         self.results: list[CheckResult] = []
         self.client: ProbeClient | None = None
-        self.session: WsSession | None = None
-        self.reachable = False
-        self.healthy_at: float | None = None
-        self.schema: dict | None = None
-        self.schema_ok = False
-        self.synth: tuple[dict | None, list[str], list[str]] | None = None  # action, notes, schema errors
-        self.openapi_paths: dict | None = None
-        self.mcp: bool | None = None
-        self.tools: list | None = None
-        self.episode: Episode | None = None
+        self.ws: EpisodeSession | None = None
+        self.actions: list = []  # what the episode was given to play
+        self.surface: Surface | None = None
+
+    @property
+    def episode(self) -> Episode | None:
+        return self.ws.episode if self.ws is not None else None
 
     # ---- plumbing -----------------------------------------------------------
 
@@ -188,6 +140,12 @@ class _Run:
     def schema_budget(self) -> float:
         """Wall-clock time for one sandboxed schema evaluation; its CPU is capped separately."""
         return max(0.5, min(self.config.schema_timeout_s, self.remaining()))
+
+    def origin(self) -> float:
+        if self.started_at is not None:
+            return self.started_at
+        first = self.surface.first_request_at if self.surface is not None else None
+        return first if first is not None else self.t0
 
     def run(self, check_id: str, fn: Callable[[], CheckResult]) -> CheckResult:
         self.progress(check_id)
@@ -237,14 +195,6 @@ class _Run:
         self.results.append(result)
         return result
 
-    def get(self, path: str, *, timeout_s: float | None = None):
-        if self.first_request_at is None:
-            self.first_request_at = time.monotonic()
-        return self.client.request("GET", path, timeout_s=self.budget(timeout_s))
-
-    def post(self, path: str, body: Any):
-        return self.client.request("POST", path, timeout_s=self.budget(), json_body=body)
-
     # ---- the run ------------------------------------------------------------
 
     def execute(self) -> None:
@@ -261,12 +211,16 @@ class _Run:
             ))
             self.skip_rest("unmet dependency: runtime.startup (target refused)")
             return
+        surface = self.surface = Surface(self.client, self)
         try:
-            self.run("runtime.startup", self.check_startup)
-            if not self.reachable:
+            self.run("runtime.startup", partial(
+                surface.check_startup, timeout_s=self.config.startup_timeout_s,
+                poll_interval_s=self.config.poll_interval_s, runner=self.source.get("runner"),
+            ))
+            if not surface.reachable:
                 self.skip_rest("unmet dependency: runtime.startup (the server never answered HTTP)")
                 return
-            self.run("hub.schema_endpoint", self.check_schema)
+            self.run("hub.schema_endpoint", partial(surface.check_schema, synthesize=self.plan is None))
             self.run("hub.ws_episode", self.check_ws_episode)
             if self.episode is not None and self.episode.usable and self.episode.first_reset_at is not None:
                 self.run("hub.invalid_action", self.check_invalid_action)
@@ -274,33 +228,35 @@ class _Run:
                 why = (self.episode.failure_short if self.episode else None) or "no session"
                 self.skip("hub.invalid_action", f"unmet dependency: hub.ws_episode (session unusable: {why})")
             self.close_session()
-            self.run("hub.openapi", self.check_openapi)
-            self.run("hub.metadata", self.check_metadata)
-            self.run("hub.http_mode", self.check_http_mode)
-            self.run("hub.mcp_endpoint", self.check_mcp_endpoint)
-            if self.mcp is True:
-                self.run("hub.mcp_tools", self.check_mcp_tools)
-            elif self.mcp is None:
+            self.run("hub.openapi", surface.check_openapi)
+            self.run("hub.metadata", surface.check_metadata)
+            self.run("hub.http_mode", surface.check_http_mode)
+            self.run("hub.mcp_endpoint", surface.check_mcp_endpoint)
+            if surface.mcp is True:
+                self.run("hub.mcp_tools", surface.check_mcp_tools)
+            elif surface.mcp is None:
                 self.skip("hub.mcp_tools", "unmet dependency: hub.mcp_endpoint")
             # mcp is False: not an MCP environment, so the tool checks do not apply and are not reported.
             if self.declared_tools():
-                if self.mcp is None:
+                if surface.mcp is None:
                     self.skip("runtime.tool_declaration_accuracy", "unmet dependency: hub.mcp_endpoint")
                 else:
-                    self.run("runtime.tool_declaration_accuracy", self.check_tool_declaration)
+                    self.run("runtime.tool_declaration_accuracy",
+                             partial(surface.check_tool_declaration, self.declared_tools()))
             for check_id, fn in (
-                ("runtime.observation_schema", self.grade_observations),
-                ("runtime.reward_well_formed", self.grade_rewards),
-                ("runtime.state_contract", self.grade_state),
+                ("runtime.observation_schema",
+                 lambda: graders.observation_schema(self.episode, surface.schema, timeout_s=self.schema_budget())),
+                ("runtime.reward_well_formed", lambda: graders.reward_well_formed(self.episode, self.manifest)),
+                ("runtime.state_contract", lambda: graders.state_contract(self.episode)),
             ):
                 reason = self.episode_unmet()
-                if check_id == "runtime.observation_schema" and not reason and not self.schema_ok:
+                if check_id == "runtime.observation_schema" and not reason and not surface.schema_ok:
                     reason = "unmet dependency: hub.schema_endpoint (no usable /schema)"
                 if reason:
                     self.skip(check_id, reason)
                 else:
                     self.run(check_id, fn)
-            self.run("hub.time_to_first_work", self.check_time_to_first_work)
+            self.run("hub.time_to_first_work", self.grade_time_to_first_work)
         finally:
             self.close_session()
             self.client.close()
@@ -328,299 +284,10 @@ class _Run:
         if episode.steps_ok == 0:
             if episode.failure_short:
                 return f"no step observation to grade (hub.ws_episode: {episode.failure_short})"
-            if not episode.actions:
+            if not self.actions:
                 return "no step observation to grade: no validation/runtime.json and no usable /schema to build an action"
             return "no step observation to grade (the episode ended at reset)"
         return None
-
-    # ---- HTTP surface -------------------------------------------------------
-
-    def check_startup(self) -> CheckResult:
-        cid = "runtime.startup"
-        end = min(self.deadline, time.monotonic() + self.config.startup_timeout_s)
-        attempts, last, app_up_evidence = 0, "no answer", None
-        measured: dict[str, Any] = {
-            "base_url": self.client.base_url, "transport": "uds" if self.target.uds else "tcp",
-            "runner": self.source.get("runner"), "validator_version": VALIDATOR_VERSION,
-        }
-        while True:
-            self.progress(cid)
-            attempts += 1
-            try:
-                response = self.get("/health", timeout_s=min(HEALTH_POLL_TIMEOUT_S, end - time.monotonic()))
-            except ProbeHTTPError as exc:
-                last = str(exc)
-            else:
-                self.reachable = True
-                try:
-                    body = response.json()
-                except ProbeHTTPError:
-                    body = None
-                if response.status == 200 and isinstance(body, dict) and body.get("status") == "healthy":
-                    self.healthy_at = time.monotonic()
-                    measured.update(attempts=attempts, time_to_healthy_s=round(self.healthy_at - self.origin(), 3))
-                    return CheckResult(cid, PASS, measured, [f"GET /health -> 200 {snippet(response.body, 80)} "
-                                                             f"after {attempts} attempt(s)"])
-                last = response.describe()
-                if response.is_redirect:
-                    break
-                # A proxy in front of a starting Space also answers non-healthy; only
-                # stop waiting when the app itself is clearly up and /health still says no.
-                app_up_evidence = self.app_is_up()
-                if app_up_evidence:
-                    break
-            if time.monotonic() + self.config.poll_interval_s >= end:
-                break
-            time.sleep(self.config.poll_interval_s)
-        measured.update(attempts=attempts, waited_s=round(time.monotonic() - self.t0, 3))
-        if not self.reachable and self.remaining() <= 0:
-            result = self.deadline_result(cid, during=True)
-            result.measured.update(measured)
-            result.evidence.append(last)
-            return result
-        evidence = [last]
-        if app_up_evidence:
-            evidence.append(f"{app_up_evidence}, so the app is up and /health is not healthy")
-        elif not self.reachable:
-            evidence.append(f"no HTTP answer from {self.client.base_url} in {attempts} attempt(s) "
-                            f"over {time.monotonic() - self.t0:.1f} s")
-        return CheckResult(
-            cid, FAIL, measured, evidence,
-            "Serve GET /health with 200 {\"status\": \"healthy\"} once the app can take requests (the stock "
-            "create_app route does); make sure the server starts within the startup budget.",
-        )
-
-    def app_is_up(self) -> str | None:
-        try:
-            response = self.get("/openapi.json", timeout_s=HEALTH_POLL_TIMEOUT_S)
-            body = response.json() if response.status == 200 else None
-        except ProbeHTTPError:
-            return None
-        if isinstance(body, dict) and isinstance(body.get("paths"), dict):
-            return "GET /openapi.json -> 200"
-        return None
-
-    def origin(self) -> float:
-        if self.started_at is not None:
-            return self.started_at
-        return self.first_request_at if self.first_request_at is not None else self.t0
-
-    def json_object(self, cid: str, path: str, remediation: str, *, payload: dict | None = None
-                    ) -> tuple[Any, dict | None, CheckResult | None]:
-        """GET (or POST `payload` to) `path` and parse a JSON object: (response, body, None) or the failing result."""
-        response = self.get(path) if payload is None else self.post(path, payload)
-        if response.status != 200:
-            return response, None, CheckResult(cid, FAIL, {"status": response.status}, [response.describe()], remediation)
-        try:
-            body = response.json()
-        except ProbeHTTPError as exc:
-            return response, None, CheckResult(cid, FAIL, {"status": response.status}, [str(exc)], remediation)
-        if not isinstance(body, dict):
-            return response, None, CheckResult(
-                cid, FAIL, {}, [f"{path} is not a JSON object: {snippet(response.body, 80)}"], remediation)
-        return response, body, None
-
-    def check_openapi(self) -> CheckResult:
-        cid = "hub.openapi"
-        remediation = "Serve FastAPI's OpenAPI document at /openapi.json (create_app does)."
-        _, body, failed = self.json_object(cid, "/openapi.json", remediation)
-        if failed:
-            return failed
-        info = body.get("info")
-        version = info.get("version") if isinstance(info, dict) else None
-        paths = body.get("paths")
-        problems = []
-        if not isinstance(version, str):
-            problems.append("the document has no info.version string")
-        if not isinstance(paths, dict):
-            problems.append("the document has no paths object")
-        else:
-            self.openapi_paths = paths
-        measured = {"info_version": version if isinstance(version, str) else None,
-                    "paths": len(paths) if isinstance(paths, dict) else None}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems, remediation)
-        return CheckResult(cid, PASS, measured, [f"info.version {version!r}, {len(paths)} paths"])
-
-    def check_metadata(self) -> CheckResult:
-        cid = "hub.metadata"
-        remediation = "Serve /metadata with a name and a description (override get_metadata() in the environment)."
-        response, body, failed = self.json_object(cid, "/metadata", remediation)
-        if failed:
-            return failed
-        name, description = body.get("name"), body.get("description")
-        measured = {key: body.get(key) for key in ("name", "description", "version") if isinstance(body.get(key), str)}
-        problems = []
-        if not isinstance(name, str) or not name.strip():
-            problems.append(f"/metadata has no name: {snippet(response.body, 120)}")
-        if not isinstance(description, str) or not description.strip():
-            problems.append(f"/metadata has no description: {snippet(response.body, 120)}")
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems, remediation)
-        return CheckResult(cid, PASS, measured, [f"name {name!r}, description {clip(description, 80)!r}"])
-
-    def check_schema(self) -> CheckResult:
-        cid = "hub.schema_endpoint"
-        remediation = ("Serve /schema with the action, observation and state JSON Schemas "
-                       "(create_app does, from the pydantic models).")
-        response, body, failed = self.json_object(cid, "/schema", remediation)
-        if failed:
-            return failed
-        problems = [f"/schema has no {key} object" for key in ("action", "observation", "state")
-                    if not isinstance(body.get(key), dict)]
-        if body.get("reset_observation") is not None and not isinstance(body.get("reset_observation"), dict):
-            problems.append("/schema reset_observation is not an object")
-        parts = [k for k in ("action", "observation", "state", "reset_observation") if isinstance(body.get(k), dict)]
-        for key in parts:
-            refs = remote_refs(body[key])
-            if refs:
-                problems.append(f"{key} schema has non-local references {refs} (never fetched)")
-        for key in parts:
-            problems += [f"{key} is not a valid JSON Schema: {error}" for error in schema_errors(body[key])]
-        if isinstance(body.get("action"), dict) and self.plan is None:
-            action, notes = synthesize_action(body["action"])
-            self.synth = (action, notes, [])
-            if action is not None and not problems:
-                # Whether the action satisfies the schema means matching the environment's patterns: sandboxed.
-                try:
-                    entry = evaluate([{"id": "a", "op": "validate", "schema": body["action"], "instances": [action]}],
-                                     timeout_s=self.schema_budget()).get("a", {})
-                    errors = (entry.get("results") or [[]])[0] or ([entry["failed"]] if entry.get("failed") else [])
-                except SchemaWorkerError as exc:
-                    errors = [str(exc)]
-                self.synth = (action, notes, errors)
-        self.schema = body
-        self.schema_ok = not problems
-        measured = {"keys": sorted(body)[:20]}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems, remediation)
-        return CheckResult(cid, PASS, measured, [f"{', '.join(parts)}: valid JSON Schemas"])
-
-    def check_http_mode(self) -> CheckResult:
-        cid = "hub.http_mode"
-        # A method the route does not serve: FastAPI answers 405 when the path
-        # exists and 404 when it does not, without running environment code.
-        probes = (("/reset", "GET"), ("/step", "GET"), ("/state", "POST"))
-        live: dict[str, bool | None] = {}
-        seen = []
-        for path, method in probes:
-            try:
-                response = self.client.request(method, path, timeout_s=self.budget())
-            except ProbeHTTPError as exc:
-                live[path] = None
-                seen.append(f"{method} {path}: {exc}")
-                continue
-            live[path] = None if response.is_redirect else response.status != 404
-            seen.append(f"{method} {path} -> {response.status}")
-        documented = {p: p in self.openapi_paths for p, _ in probes} if self.openapi_paths is not None else None
-        present = {p: (live[p] if live[p] is not None else (documented or {}).get(p)) for p, _ in probes}
-        measured: dict[str, Any] = {"live": live, "openapi": documented}
-        notes = []
-        if documented is not None and any(live[p] is not None and live[p] != documented[p] for p, _ in probes):
-            notes.append("the OpenAPI document disagrees with the routes served: "
-                         + ", ".join(f"{p} {'documented' if documented[p] else 'undocumented'}"
-                                     for p, _ in probes if live[p] is not None and live[p] != documented[p]))
-        if any(v is None for v in present.values()):
-            measured["mode"] = "unknown"
-            return CheckResult(cid, FAIL, measured, [*seen, *notes],
-                               "Answer plain HTTP on /reset, /step and /state (405 or 404), without redirects.")
-        served = [p for p, v in present.items() if v]
-        if len(served) == 3 or not served:
-            measured["mode"] = "simulation" if served else "production"
-            summary = ("simulation mode: /reset, /step and /state are served" if served
-                       else "production mode: no HTTP /reset, /step or /state")
-            return CheckResult(cid, PASS, measured, [f"{summary} ({'; '.join(seen)})", *notes])
-        measured["mode"] = "inconsistent"
-        absent = [p for p, v in present.items() if not v]
-        return CheckResult(
-            cid, FAIL, measured,
-            [f"inconsistent: {', '.join(served)} served but {', '.join(absent)} absent ({'; '.join(seen)})", *notes],
-            "Serve all of POST /reset, POST /step and GET /state (OPENENV_MODE=simulation) or none of them "
-            "(production); do not remove some of create_app's routes.",
-        )
-
-    def check_mcp_endpoint(self) -> CheckResult:
-        cid = "hub.mcp_endpoint"
-        remediation = "Keep create_app's POST /mcp: JSON-RPC 2.0, answering tools/list (or -32603 for a non-MCP environment)."
-        request = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
-        response, body, failed = self.json_object(cid, "/mcp", remediation, payload=request)
-        if failed:
-            return failed
-        if body.get("jsonrpc") != "2.0":
-            return CheckResult(cid, FAIL, {}, [f"tools/list -> not JSON-RPC 2.0: {snippet(response.body, 120)}"], remediation)
-        result, error = body.get("result"), body.get("error")
-        if isinstance(result, dict) and isinstance(result.get("tools"), list):
-            self.mcp, self.tools = True, result["tools"]
-            return CheckResult(cid, PASS, {"mcp": True, "tools": len(self.tools)},
-                               [f"tools/list -> {len(self.tools)} tool(s)"])
-        if isinstance(error, dict):
-            code, message = error.get("code"), str(error.get("message", ""))
-            if code == -32603 and "does not support MCP" in message:
-                self.mcp = False
-                return CheckResult(cid, PASS, {"mcp": False},
-                                   [f"not an MCP environment: tools/list -> {code} {message!r}; MCP tool checks do not apply"])
-            return CheckResult(cid, FAIL, {"error_code": code},
-                               [f"tools/list -> error {code}: {clip(message, 120)}"], remediation)
-        return CheckResult(cid, FAIL, {}, [f"tools/list -> neither a tool list nor an error: {snippet(response.body, 120)}"],
-                           remediation)
-
-    def check_mcp_tools(self) -> CheckResult:
-        cid = "hub.mcp_tools"
-        tools = self.tools or []
-        problems, names = [], []
-        for index, tool in enumerate(tools[:200]):
-            if not isinstance(tool, dict):
-                problems.append(f"tool #{index} is not an object")
-                continue
-            name = tool.get("name")
-            if not isinstance(name, str) or not name.strip():
-                problems.append(f"tool #{index} has no name")
-                continue
-            if name in names:
-                problems.append(f"tool name {name!r} is listed twice")
-            names.append(name)
-            if name in RESERVED_TOOL_NAMES:
-                problems.append(f"tool {name!r} uses a reserved name (reset, step, state and close belong to the protocol)")
-            schema = tool.get("inputSchema", tool.get("input_schema"))
-            if not isinstance(schema, dict):
-                problems.append(f"tool {name!r} has no input schema")
-                continue
-            refs = remote_refs(schema)
-            if refs:
-                problems.append(f"tool {name!r} input schema has non-local references {refs}")
-            errors = schema_errors(schema, limit=1)
-            if errors:
-                problems.append(f"tool {name!r} input schema is not a valid JSON Schema: {errors[0]}")
-        if not tools:
-            problems.append("tools/list returned no tools")
-        measured = {"tools": names[:100], "count": len(tools)}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems,
-                               "Give every MCP tool a unique name that is not reset, step, state or close, and a valid "
-                               "JSON Schema as inputSchema.")
-        return CheckResult(cid, PASS, measured, [f"{len(names)} tool(s) {names[:10]}: named, valid input schemas, "
-                                                 "no reserved names"])
-
-    def check_tool_declaration(self) -> CheckResult:
-        cid = "runtime.tool_declaration_accuracy"
-        declared = sorted(set(self.declared_tools()))
-        remediation = "Make validation.capabilities.declared_tools in openenv.yaml list exactly the tools /mcp serves."
-        if self.mcp is False:
-            return CheckResult(cid, FAIL, {"declared": declared, "listed": []},
-                               [f"openenv.yaml declares tools {declared} but /mcp says the environment does not support MCP"],
-                               remediation)
-        listed = sorted({t.get("name") for t in self.tools or [] if isinstance(t, dict) and isinstance(t.get("name"), str)})
-        missing = [t for t in declared if t not in listed]
-        extra = [t for t in listed if t not in declared]
-        measured = {"declared": declared, "listed": listed[:100]}
-        problems = []
-        if missing:
-            problems.append(f"declared but not listed by /mcp: {missing}")
-        if extra:
-            problems.append(f"listed by /mcp but not declared: {extra}")
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems, remediation)
-        return CheckResult(cid, PASS, measured, [f"/mcp lists exactly the declared tools {declared}"])
 
     # ---- the WebSocket episode ----------------------------------------------
 
@@ -633,85 +300,25 @@ class _Run:
         if self.plan_present:
             notes.append("validation/runtime.json is not a valid plan (see hub.runtime_plan); actions were synthesized")
         reset = {"seed": self.config.seed, "episode_id": self.config.episode_id}
-        action = self.synth[0] if self.synth else None
+        synth = self.surface.synth
+        action = synth[0] if synth else None
         if action is not None:
-            if self.synth[2]:
-                notes.append(f"the synthesized action does not fully satisfy the action schema: {self.synth[2][0]}")
-            notes += self.synth[1][:3]
+            if synth[2]:
+                notes.append(f"the synthesized action does not fully satisfy the action schema: {synth[2][0]}")
+            notes += synth[1][:3]
             return reset, [action] * max(1, self.config.steps), SOURCE_SYNTHESIZED, notes
         notes.append("no action source: no valid validation/runtime.json and no usable /schema action; no step was played")
         return reset, [], SOURCE_NONE, notes
 
-    def exchange(
-        self, episode: Episode, op: str, label: str, frame: dict, episode_end: float, check_id: str = "hub.ws_episode",
-    ) -> Exchange:
-        self.progress(check_id)
-        reply = self.session.exchange(frame, timeout_s=self.budget(episode_end - time.monotonic()))
-        record = Exchange(op=op, label=label, reply=reply, steps=episode.steps_ok, at=time.monotonic())
-        episode.exchanges.append(record)
-        if reply.fatal:
-            episode.usable = False
-        return record
-
-    def open_session(self, episode: Episode, episode_end: float) -> Exchange | None:
-        """Open /ws and send reset, waiting while the server's single session slot is still taken."""
-        frame = {"type": "reset", "data": episode.reset_data}
-        give_up = time.monotonic() + min(self.config.capacity_wait_s, self.budget())
-        while True:
-            self.progress("hub.ws_episode")
-            try:
-                self.session = self.client.websocket("/ws", open_timeout_s=self.budget(episode_end - time.monotonic()))
-            except WebSocketFailed as exc:
-                episode.failure = episode.failure_short = str(exc)
-                return None
-            episode.usable = True
-            record = self.exchange(episode, "reset", "reset", frame, episode_end)
-            if record.reply.error_code == "CAPACITY_REACHED" and time.monotonic() + CAPACITY_RETRY_S < give_up:
-                episode.exchanges.pop()
-                episode.capacity_retries += 1
-                self.close_session()
-                time.sleep(CAPACITY_RETRY_S)
-                continue
-            return record
-
-    def reply_problem(self, episode: Episode, record: Exchange, sent: Any) -> bool:
-        """Whether a reply ends the episode (no reply, not JSON, an error frame); records why."""
-        reply = record.reply
-        if reply.problem:
-            what = reply.problem
-        elif reply.is_error_frame:
-            data = reply.data if isinstance(reply.data, dict) else {}
-            what = f"error frame {reply.error_code or '?'}: {clip(data.get('message', ''), 120)}"
-        else:
-            return False
-        episode.failure = f"{record.label} (sent {clip(sent, 100)}): {what}"
-        episode.failure_short = f"{record.label}: {clip(what, 80)}"
-        return True
-
-    def check_envelope(self, episode: Episode, record: Exchange, expected: str) -> None:
-        frame = record.reply.frame
-        problems = []
-        if not isinstance(frame, dict):
-            problems.append(f"reply is not an object: {record.reply.describe(80)}")
-        else:
-            if frame.get("type") != expected:
-                problems.append(f"reply type {frame.get('type')!r}, expected {expected!r}")
-            if not isinstance(frame.get("data"), dict):
-                problems.append("reply data is not an object")
-        for problem in problems:
-            line = f"{record.op}: {problem}"
-            if line not in episode.envelope_problems:
-                episode.envelope_problems.append(line)
-
     def check_ws_episode(self) -> CheckResult:
         cid = "hub.ws_episode"
         reset_data, actions, source, notes = self.plan_actions()
-        episode = Episode(reset_data=reset_data, actions=actions, action_source=source)
-        self.episode = episode
-        episode_end = time.monotonic() + self.config.episode_timeout_s
-        record = self.open_session(episode, episode_end)
-        if record is not None:
-            self.play(episode, record, episode_end)
+        self.actions = actions
+        self.ws = EpisodeSession(self.client, budget=self.budget)
+        episode = self.ws.play(
+            fixed_actions(actions), reset_data=reset_data, deadline=time.monotonic() + self.config.episode_timeout_s,
+            capacity_wait_s=self.config.capacity_wait_s, on_progress=partial(self.progress, cid),
+        )
         steps = [e for e in episode.exchanges if e.op == "step" and not e.reply.problem and not e.reply.is_error_frame]
         resets = [e for e in episode.exchanges if e.op == "reset"]
         latencies = [e.reply.latency_s for e in steps]
@@ -753,54 +360,14 @@ class _Run:
             f"actions {source}; episode {ending}", *notes,
         ])
 
-    def play(self, episode: Episode, reset: Exchange, episode_end: float) -> None:
-        if self.reply_problem(episode, reset, {"type": "reset", "data": episode.reset_data}):
-            return
-        self.check_envelope(episode, reset, "observation")
-        if isinstance(reset.reply.data, dict):
-            episode.first_reset_at = reset.at
-            episode.done = reset.reply.data.get("done") is True
-        if not self.state(episode, "state after reset", episode_end):
-            return
-        for index, action in enumerate(episode.actions, start=1):
-            if episode.done:
-                break
-            if time.monotonic() >= episode_end or self.remaining() <= 0:
-                episode.failure = episode.failure_short = f"the episode budget ran out after {index - 1} step(s)"
-                return
-            frame = {"type": "step", "data": action}
-            record = self.exchange(episode, "step", f"step {index}", frame, episode_end)
-            if self.reply_problem(episode, record, frame):
-                if episode.usable:
-                    after = self.exchange(episode, "state_after_error", "state after the failed step",
-                                          {"type": "state"}, episode_end)
-                    alive = isinstance(after.reply.frame, dict) and after.reply.frame.get("type") == "state"
-                    episode.failure += "; the session still answers state" if alive else "; the session no longer answers"
-                    episode.usable = alive
-                return
-            self.check_envelope(episode, record, "observation")
-            episode.steps_ok += 1
-            data = record.reply.data if isinstance(record.reply.data, dict) else {}
-            episode.done = data.get("done") is True
-            if not self.state(episode, f"state after step {index}", episode_end):
-                return
-
-    def state(self, episode: Episode, label: str, episode_end: float) -> bool:
-        frame = {"type": "state"}
-        record = self.exchange(episode, "state", label, frame, episode_end)
-        if self.reply_problem(episode, record, frame):
-            return False
-        self.check_envelope(episode, record, "state")
-        return True
-
     def check_invalid_action(self) -> CheckResult:
         cid = "hub.invalid_action"
-        episode = self.episode
-        action_schema = self.schema.get("action") if isinstance(self.schema, dict) else None
+        action_schema = self.surface.schema.get("action") if isinstance(self.surface.schema, dict) else None
         payload, why = invalid_action(action_schema)
         end = time.monotonic() + self.config.check_timeout_s
-        frame = {"type": "step", "data": payload}
-        record = self.exchange(episode, "invalid", "invalid action", frame, end, cid)
+        progress = partial(self.progress, cid)
+        record = self.ws.exchange("invalid", "invalid action", {"type": "step", "data": payload},
+                                  deadline=end, on_progress=progress)
         reply = record.reply
         measured = {"sent": payload, "why_invalid": why, "reply_code": reply.error_code}
         remediation = ("Validate actions against the action model and answer a bad one with an error frame "
@@ -814,8 +381,8 @@ class _Run:
         if reply.error_code != "VALIDATION_ERROR":
             return CheckResult(cid, FAIL, measured,
                                [f"{sent} -> error code {reply.error_code!r}, expected 'VALIDATION_ERROR'"], remediation)
-        after = self.exchange(episode, "state_after_invalid", "state after the invalid action", {"type": "state"}, end, cid)
-        alive = isinstance(after.reply.frame, dict) and after.reply.frame.get("type") == "state"
+        after, alive = self.ws.answers_state("state_after_invalid", "state after the invalid action",
+                                             deadline=end, on_progress=progress)
         measured["session_answers_after"] = alive
         if not alive:
             return CheckResult(cid, FAIL, measured,
@@ -823,134 +390,17 @@ class _Run:
         return CheckResult(cid, PASS, measured, [f"{sent} -> VALIDATION_ERROR; the session still answers state"])
 
     def close_session(self) -> None:
-        if self.session is not None:
-            self.session.send_only({"type": "close"})
-            self.session.close()
-            self.session = None
+        if self.ws is not None:
+            self.ws.close()
 
-    # ---- graders over the recorded episode ----------------------------------
+    # ---- graders over the recorded episode (graders.py) ----------------------
 
-    def grade_observations(self) -> CheckResult:
-        cid = "runtime.observation_schema"
-        episode = self.episode
-        step_schema = self.schema["observation"]
-        reset_schema = self.schema.get("reset_observation") or step_schema
-        problems, instances = [], {"reset": [], "step": []}
-        labels = {"reset": [], "step": []}
-        for record in episode.observations():
-            data = record.reply.data
-            observation = data.get("observation")
-            shape = []
-            if not isinstance(observation, dict):
-                shape.append("observation is not an object")
-            if type(data.get("done")) is not bool:
-                shape.append(f"done is {clip(data.get('done'), 40)}, not a boolean")
-            if "reward" not in data:
-                shape.append("reward is missing")
-            if shape:
-                problems.append(f"{record.label}: {'; '.join(shape)}")
-                continue
-            # The wire lifts reward and done out of the observation model; put them back.
-            instances[record.op].append({**observation, "reward": data.get("reward"), "done": data.get("done")})
-            labels[record.op].append(record.label)
-        tasks = [{"id": op, "op": "validate", "schema": schema, "instances": instances[op]}
-                 for op, schema in (("reset", reset_schema), ("step", step_schema)) if instances[op]]
-        try:
-            outcome = evaluate(tasks, timeout_s=self.schema_budget())
-        except SchemaWorkerError as exc:
-            return CheckResult(cid, FAIL, {}, [str(exc)],
-                               "Keep the observation schema simple enough to evaluate (no pathological patterns).")
-        for task in tasks:
-            entry = outcome.get(task["id"], {})
-            if entry.get("failed"):
-                problems.append(f"the {task['id']} observation schema could not be evaluated: {entry['failed']}")
-                continue
-            for label, errors in zip(labels[task["id"]], entry.get("results", [])):
-                problems += [f"{label}: {error}" for error in errors[:3]]
-        measured = {"observations": sum(len(v) for v in instances.values()),
-                    "reset_schema": "reset_observation" if self.schema.get("reset_observation") else "observation"}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems,
-                               "Make reset/step observations match /schema's observation (reset_observation for reset): "
-                               "send what the pydantic Observation model declares.")
-        return CheckResult(cid, PASS, measured, [f"{measured['observations']} observation(s) valid against /schema"])
-
-    def grade_rewards(self) -> CheckResult:
-        cid = "runtime.reward_well_formed"
-        low, high = static.reward_range(self.manifest)
-        declared = static.declared_reward_range(self.manifest) is not None
-        problems, rewards = [], []
-        for record in self.episode.observations():
-            data = record.reply.data
-            if "reward" not in data:
-                problems.append(f"{record.label}: reward is missing")
-                continue
-            reward = data["reward"]
-            rewards.append(reward)
-            if reward is None and record.op == "reset":
-                continue
-            if not _is_number(reward) or not math.isfinite(reward):
-                problems.append(f"{record.label}: reward {clip(reward, 40)} is not a finite number")
-            elif not low <= reward <= high:
-                problems.append(f"{record.label}: reward {reward} outside [{low}, {high}]")
-        measured = {"range": [low, high], "range_source": "validation.reward.range" if declared else "default",
-                    "rewards": rewards[:100]}
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems,
-                               f"Return finite rewards within [{low}, {high}], or declare the real range in "
-                               "openenv.yaml validation.reward.range.")
-        return CheckResult(cid, PASS, measured, [f"{len(rewards)} reward(s) {clip(rewards[:10], 100)} in [{low}, {high}]"])
-
-    def grade_state(self) -> CheckResult:
-        cid = "runtime.state_contract"
-        expected_id = self.episode.reset_data.get("episode_id")
-        problems, checked = [], 0
-        for record in self.episode.exchanges:
-            if record.op != "state" or record.reply.problem or record.reply.is_error_frame:
-                continue
-            data = record.reply.data
-            if not isinstance(data, dict):
-                problems.append(f"{record.label}: state data is not an object")
-                continue
-            checked += 1
-            if data.get("episode_id") != expected_id:
-                problems.append(f"{record.label}: episode_id {clip(data.get('episode_id'), 60)}, "
-                                f"expected {expected_id!r} (sent with reset)")
-            count = data.get("step_count")
-            if type(count) is not int or count != record.steps:
-                problems.append(f"{record.label}: step_count {clip(count, 30)}, expected {record.steps}")
-        measured = {"states": checked, "episode_id": expected_id, "steps": self.episode.steps_ok}
-        if not checked:
-            problems.append("no state reply to check")
-        if problems:
-            return CheckResult(cid, FAIL, measured, problems,
-                               "Keep the episode_id passed to reset() in state and increment state.step_count on "
-                               "every step().")
-        return CheckResult(cid, PASS, measured, [f"{checked} state(s): episode_id {expected_id!r} kept, "
-                                                 f"step_count counted to {self.episode.steps_ok}"])
-
-    def check_time_to_first_work(self) -> CheckResult:
-        cid = "hub.time_to_first_work"
-        origin = self.origin()
-        budget = self.config.time_to_first_work_budget_s
-        first_reset = self.episode.first_reset_at if self.episode else None
-        measured = {
-            "origin": "process_start" if self.started_at is not None else "first_request",
-            "time_to_healthy_s": round(self.healthy_at - origin, 3) if self.healthy_at else None,
-            "time_to_first_reset_s": round(first_reset - origin, 3) if first_reset else None,
-            "budget_s": budget,
-        }
-        if first_reset is None:
-            return CheckResult(cid, SKIP, measured, ["unmet dependency: hub.ws_episode (no reset observation)"])
-        seconds = first_reset - origin
-        if seconds > budget:
-            return CheckResult(cid, FAIL, measured,
-                               [f"first reset observation {seconds:.1f} s after {measured['origin'].replace('_', ' ')}, "
-                                f"over the {budget:.0f} s budget"],
-                               "Start faster: defer heavy imports and downloads until they are needed.")
-        healthy = f"healthy after {measured['time_to_healthy_s']:.2f} s, " if self.healthy_at else ""
-        return CheckResult(cid, PASS, measured, [f"{healthy}first reset observation after {seconds:.2f} s "
-                                                 f"(from {measured['origin'].replace('_', ' ')})"])
+    def grade_time_to_first_work(self) -> CheckResult:
+        return graders.time_to_first_work(
+            origin=self.origin(), origin_kind="process_start" if self.started_at is not None else "first_request",
+            healthy_at=self.surface.healthy_at, first_reset_at=self.episode.first_reset_at if self.episode else None,
+            budget_s=self.config.time_to_first_work_budget_s,
+        )
 
 
 def _target_string(target: ProbeTarget, source: dict) -> str:

@@ -43,7 +43,7 @@ _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 # --------------------------------------------------------------------------- #
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -70,7 +70,7 @@ def reward_range(manifest: dict | None) -> tuple[float, float]:
 def _range_problem(value: Any) -> str | None:
     if value is None:
         return None
-    if not (isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value)):
+    if not (isinstance(value, list) and len(value) == 2 and all(is_number(v) for v in value)):
         return f"validation.reward.range must be two numbers [lo, hi], got {json.dumps(value)[:80]}"
     lo, hi = value
     if not (math.isfinite(lo) and math.isfinite(hi)):
@@ -221,7 +221,7 @@ def bounds_problems(block: Any, bounds: Bounds) -> tuple[list[str], dict[str, An
         value = declared[key]
         if value is None:
             continue
-        if not _is_number(value) or not math.isfinite(value):
+        if not is_number(value) or not math.isfinite(value):
             problems.append(f"validation.{where} must be a finite number, got {json.dumps(value, default=str)[:60]}")
         elif not ok(value):
             problems.append(f"validation.{where} {value} {why}")
