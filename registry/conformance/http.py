@@ -389,6 +389,7 @@ class WsSession:
         self._connection = connection
         self.path = path
         self.closed = False
+        self.closed_after_reply = False
 
     def exchange(self, frame: Any, *, timeout_s: float, raw: str | None = None) -> WsReply:
         """Send `frame` (or `raw` text) and wait up to `timeout_s` for one text frame."""
@@ -398,8 +399,15 @@ class WsSession:
             return reply
         started = time.monotonic()
         try:
-            self._connection.send(raw if raw is not None else json.dumps(frame))
-            message = self._connection.recv(timeout=max(0.0, timeout_s))
+            try:
+                self._connection.send(raw if raw is not None else json.dumps(frame))
+            except ConnectionClosed:
+                # A server may answer before we speak and close at once (CAPACITY_REACHED when its only session
+                # is taken): what it said is still queued, and is its answer.
+                message = self._connection.recv(timeout=0)
+                self.closed_after_reply = True
+            else:
+                message = self._connection.recv(timeout=max(0.0, timeout_s))
         except TimeoutError:
             reply.problem, reply.fatal = f"no reply within {timeout_s:.1f} s", True
         except ConnectionClosed as exc:
@@ -422,6 +430,9 @@ class WsSession:
                 reply.frame = json.loads(message)
             except (ValueError, RecursionError):  # not JSON, too deep, or an integer longer than Python converts
                 reply.problem = f"reply is not usable JSON: {snippet(message, 80)!r}"
+            if self.closed_after_reply:
+                reply.fatal = True
+                self.close()
             return reply
         reply.latency_s = time.monotonic() - started
         if reply.fatal:

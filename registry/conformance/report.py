@@ -1,5 +1,9 @@
 """Check results, the verdict rule, and the report in OpenEnv's report-v2 schema.
 
+A report is public, and much of it is output of untrusted code: what a server
+answered, its log lines, its /metadata. Every evidence line and every
+measurement is therefore cleaned and capped here, whatever a check put in it.
+
 `report-v2.schema.json` (copied from openenv 0.10.0) forbids extra keys at the
 top level and inside each result, so the report built here carries nothing
 else; the probe's own details (action source, latencies, validator version,
@@ -28,6 +32,8 @@ STATUSES = (PASS, FAIL, SKIP, ERROR)
 
 MAX_EVIDENCE_LINES = 20
 MAX_EVIDENCE_CHARS = 300
+# A check's measurements, serialized; a value that would take more than an eighth of it is cut to a summary.
+MAX_MEASURED_BYTES = 8 * 1024
 
 
 def clip(text: Any, limit: int = MAX_EVIDENCE_CHARS) -> str:
@@ -55,6 +61,30 @@ def json_safe(value: Any, depth: int = 0) -> Any:
     return str(value)[:2000]
 
 
+def _size(value: Any) -> int:
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+def capped_measured(measured: dict[str, Any]) -> dict[str, Any]:
+    """A check's measurements as plain JSON of at most MAX_MEASURED_BYTES: large values become clipped text.
+
+    Measurements carry what the server said (its /metadata, its rewards, its tool list): public output of
+    untrusted code, so they are bounded like evidence is.
+    """
+    safe = json_safe(measured)
+    if not isinstance(safe, dict) or _size(safe) <= MAX_MEASURED_BYTES:
+        return safe
+    out: dict[str, Any] = {}
+    for key, value in safe.items():
+        if _size(value) > MAX_MEASURED_BYTES // 8:
+            value = clip(value, 200) + f" (cut from {_size(value)} characters)"
+        if _size(out) + _size({key: value}) > MAX_MEASURED_BYTES - 100:
+            out["…"] = f"{len(safe) - len(out)} more measurement(s) cut"
+            break
+        out[key] = value
+    return out
+
+
 @dataclass
 class CheckResult:
     """The outcome of one check: what was measured, the evidence, and what the author should change."""
@@ -80,7 +110,7 @@ class CheckResult:
         return {
             "check_id": self.check_id,
             "status": self.status,
-            "measured": json_safe(self.measured),
+            "measured": capped_measured(self.measured),
             "evidence": evidence,
             "remediation": clip(self.remediation, 600) if self.remediation else None,
             "duration_s": round(max(0.0, float(self.duration_s)), 4),

@@ -15,14 +15,12 @@ import time
 from pathlib import PurePosixPath
 from typing import Any
 
+from registry.manifest import DEFAULT_APP, MANIFEST_FILE, PYPROJECT_FILE, README_FILE
+
 from .policy import Bounds, Policy, load_policy
 from .report import FAIL, PASS, SKIP, CheckResult, report_schema
 
-MANIFEST_FILE = "openenv.yaml"
-README_FILE = "README.md"
-PYPROJECT_FILE = "pyproject.toml"
 RUNTIME_PLAN_FILE = "validation/runtime.json"
-DEFAULT_APP = "server.app:app"
 DEFAULT_REWARD_RANGE = (0.0, 1.0)
 
 # The runtime plan contract (openenv 0.10.0 validation/runtime/contracts.py).

@@ -794,3 +794,41 @@ def test_a_task_time_limit_ends_the_probe_instead_of_failing_one_check():
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         assert time.monotonic() - started < 10
+
+
+def test_measurements_from_a_server_are_capped_like_evidence():
+    """A server decides what its /metadata and replies hold; the public report stays bounded anyway."""
+    from registry.conformance.report import MAX_MEASURED_BYTES
+
+    huge = {f"k{i}": "x" * 5000 for i in range(500)}
+    measured = CheckResult("hub.metadata", "pass", {"name": "ok", "description": "d" * 100_000, **huge}).to_dict()
+    size = len(json.dumps(measured["measured"], ensure_ascii=False, separators=(",", ":")))
+    assert size <= MAX_MEASURED_BYTES
+    assert measured["measured"]["name"] == "ok" and "(cut from" in measured["measured"]["description"]
+    assert "more measurement(s) cut" in measured["measured"]["…"]
+    small = CheckResult("hub.metadata", "pass", {"name": "ok", "rewards": [0.5] * 100}).to_dict()
+    assert small["measured"] == {"name": "ok", "rewards": [0.5] * 100}  # ordinary measurements pass untouched
+
+
+@pytest.mark.integration
+def test_an_answer_sent_before_a_close_is_read_even_when_our_frame_finds_the_socket_closed():
+    """The stock server answers a second client CAPACITY_REACHED at once and closes: that frame is the reply,
+    not "the server closed the connection", so the probe waits for the session instead of failing."""
+    from websockets.sync.server import serve
+
+    def handler(connection):
+        connection.send(json.dumps({"type": "error", "data": {"code": "CAPACITY_REACHED", "message": "full"}}))
+        connection.close()
+
+    server = serve(handler, "127.0.0.1", 0)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.socket.getsockname()[1]
+        with ProbeClient(f"http://127.0.0.1:{port}", allowed_hosts=("127.0.0.1",)) as client:
+            session = client.websocket("/ws", open_timeout_s=5)
+            time.sleep(0.3)  # the server's close has arrived before we speak
+            reply = session.exchange({"type": "reset", "data": {}}, timeout_s=5)
+            assert reply.error_code == "CAPACITY_REACHED" and reply.problem is None, reply.describe()
+            assert reply.fatal and session.closed
+    finally:
+        server.shutdown()
