@@ -134,6 +134,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "django.contrib.postgres",
     "rest_framework",
     "registry",
 ]
@@ -147,6 +148,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "hub.urls"
@@ -209,10 +211,12 @@ STATIC_ROOT = VAR_DIR / "static"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Hashed, compressed names: a page and its assets can be cached forever and never disagree. Needs
+    # `collectstatic` (the image, `make run` and the test suite run it); DEBUG serves plain names from the finders.
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage" if DEBUG
+                    else "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
-# runserver and tests serve from the finders; gunicorn serves the collected files.
-WHITENOISE_USE_FINDERS = True
+WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 
 if not DEBUG:
@@ -220,6 +224,22 @@ if not DEBUG:
     X_FRAME_OPTIONS = "DENY"
     SECURE_CONTENT_TYPE_NOSNIFF = True
     SECURE_REFERRER_POLICY = "same-origin"
+
+# Content Security Policy: every script and style is the app's own file, so whatever a README or an
+# environment's reply smuggles into a page cannot run. Images may come from anywhere over https (READMEs
+# show the Hub's files); nothing may frame the hub.
+from django.utils.csp import CSP  # noqa: E402 - beside the policy it builds
+
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "https:", "data:"],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 if SITE_URL.startswith("https://"):
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

@@ -10,3 +10,6 @@ urlpatterns = [
     path("api/v1/", include("registry.api.urls")),
     path("", include("registry.urls")),
 ]
+
+handler404 = "registry.views.not_found"
+handler500 = "registry.views.server_error"

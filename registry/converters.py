@@ -22,3 +22,18 @@ class RepoPartConverter:
 
 
 register_converter(RepoPartConverter, "part")
+
+
+class TagConverter:
+    """A tag as the Hub spells it (`openenv`, `license:mit`): no slash, no control character, at most 100."""
+
+    regex = r"[^/\x00-\x1f\x7f]{1,100}"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
+register_converter(TagConverter, "tag")

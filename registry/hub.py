@@ -261,7 +261,7 @@ class HubClient:
             delay = _retry_after(error)
             if delay is None:
                 delay = min(settings.HUB_RETRY_BASE_S * 2 ** (attempt - 1), 30.0)
-            logger.warning("hub: %s failed (%s); retry %d/%d in %.1fs", what, _describe(error), attempt, attempts - 1, delay)
+            logger.debug("hub: %s failed (%s); retry %d/%d in %.1fs", what, _describe(error), attempt, attempts - 1, delay)
             self.sleep(delay)
         raise AssertionError("unreachable")
 
@@ -316,7 +316,10 @@ class HubClient:
             except Exception as exc:  # noqa: BLE001 - a failed listing must not stop the others
                 listing.complete = False
                 listing.errors.append(f"listing by {label} stopped early: {_describe(exc)}")
-                logger.warning("hub: listing by %s failed: %s", label, _describe(exc))
+        if listing.errors:
+            # One line a sync, not one a retry: an unreachable Hub is news once.
+            logger.warning("hub: %s: %d of %d listings failed; first: %s", self.endpoint, len(listing.errors),
+                           len(queries), listing.errors[0])
         return listing
 
     def space(self, repo_id: str, *, revision: str | None = None) -> SpaceFacts:

@@ -7,6 +7,7 @@ registry.selectors.
 
 from __future__ import annotations
 
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Lower
@@ -61,6 +62,23 @@ class Environment(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(help_text="When the head revision or the status last changed.")
 
+    # What the catalog shows and filters by, derived from the head and the verdicts by
+    # services.catalog.environment_catalog_refresh whenever either changes; never edited by hand.
+    verdict_run = models.ForeignKey(
+        "ValidationRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The run behind the verdict: the head's latest finished run, else the latest of any revision.")
+    verdict_outcome = models.CharField(max_length=16, blank=True, help_text="That run's outcome; empty before any.")
+    validated_at = models.DateTimeField(null=True, blank=True, help_text="When that run finished.")
+    good_run = models.ForeignKey(
+        "ValidationRun", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The latest passing run of any revision: the last known good revision and measured latency.")
+    mode = models.CharField(max_length=16, blank=True, help_text="simulation or production, as the verdict run saw.")
+    has_mcp = models.BooleanField(null=True, blank=True, help_text="Whether /mcp lists tools (verdict run).")
+    mcp_tools = models.JSONField(default=list, blank=True, help_text="MCP tool names (verdict run).")
+    step_p50_ms = models.FloatField(null=True, blank=True, help_text="Median /ws step latency of the good run.")
+    search_vector = SearchVectorField(null=True, blank=True, editable=False,
+                                      help_text="PostgreSQL full-text search: name > description, tags > README.")
+
     class Meta:
         ordering = ["key"]
         constraints = [
@@ -71,7 +89,12 @@ class Environment(models.Model):
             ),
             models.UniqueConstraint(Lower("owner"), Lower("name"), name="environment_owner_name_ci_unique"),
         ]
-        indexes = [models.Index(fields=["status", "-updated_at"], name="environment_status_updated")]
+        indexes = [
+            models.Index(fields=["status", "-updated_at"], name="environment_status_updated"),
+            models.Index(fields=["status", "-likes"], name="environment_status_likes"),
+            models.Index(fields=["status", "-validated_at"], name="environment_status_validated"),
+            models.Index(fields=["status", "owner"], name="environment_status_owner"),
+        ]
 
     def __str__(self) -> str:
         return self.repo_id
@@ -83,6 +106,23 @@ class Environment(models.Model):
     def save(self, *args, **kwargs):
         self.key = environment_key(self.owner, self.name)
         super().save(*args, **kwargs)
+
+
+class EnvironmentTag(models.Model):
+    """One tag of an environment's head revision, for the catalog's tag facet and filter (both databases).
+
+    Invariant: exactly the head revision's displayed tags, rewritten with the catalog summary.
+    """
+
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="tag_rows")
+    tag = models.CharField(max_length=100)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["environment", "tag"], name="environmenttag_unique")]
+        indexes = [models.Index(fields=["tag", "environment"], name="environmenttag_tag")]
+
+    def __str__(self) -> str:
+        return self.tag
 
 
 class Revision(models.Model):
@@ -130,6 +170,21 @@ class Revision(models.Model):
 
     def __str__(self) -> str:
         return f"{self.environment.repo_id}@{self.sha[:12]}"
+
+
+class RevisionReadme(models.Model):
+    """A revision's README rendered to safe HTML, once per revision and renderer version (never per request).
+
+    Derived data beside the immutable revision: rewritten only when `registry.readme.RENDERER_VERSION` changes.
+    """
+
+    revision = models.OneToOneField(Revision, on_delete=models.CASCADE, primary_key=True, related_name="rendered")
+    renderer_version = models.CharField(max_length=32)
+    html = models.TextField()
+    rendered_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"README of {self.revision_id} ({self.renderer_version})"
 
 
 class IndexProblem(models.Model):
@@ -280,6 +335,9 @@ class ValidationRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     report = models.JSONField(null=True, blank=True, help_text="The full report, in OpenEnv's report schema.")
+    observed = models.JSONField(
+        null=True, blank=True,
+        help_text="What the server showed besides the report: its schemas, MCP tools and an episode transcript.")
     failing_checks = models.JSONField(default=list, help_text="check ids that failed or errored (from the report).")
 
     class Meta:

@@ -57,6 +57,7 @@ class RunResult:
     reason: str = ""
     target_url: str = ""
     cancelled: bool = False
+    observed: dict | None = None  # schemas, tools and the episode transcript the server showed (probe.observations)
 
 
 def probe_config(*, waking: bool = False) -> ProbeConfig:
@@ -97,12 +98,14 @@ def _bound(revision: Revision, *, served: str, how: str) -> CheckResult:
 def _report(run: ValidationRun, target: ProbeTarget, *, plan: bytes | None, checkpoint: Callable[[str], None],
             extra: list[CheckResult], started_at: float | None = None, waking: bool = False) -> RunResult:
     revision = run.revision
+    observed: dict = {}
     report = conformance.run_validation(
         target, manifest=revision.manifest, files=revision.files, openenv_requirement=revision.openenv_requirement,
         runtime_plan=plan, source=_source(run), config=probe_config(waking=waking), extra_results=extra,
         on_progress=checkpoint, started_at=started_at, manifest_problems=_manifest_problems(revision),
+        observed=observed,
     )
-    return RunResult(outcome=report["verdict"], report=report, target_url=target.base_url)
+    return RunResult(outcome=report["verdict"], report=report, target_url=target.base_url, observed=observed)
 
 
 def _report_without_server(run: ValidationRun, failure: CheckResult, *, plan: bytes | None,

@@ -1,14 +1,42 @@
-"""Reads from the index, shared by the web pages, the API and the commands."""
+"""Reads from the index, shared by the web pages, the API and the commands.
+
+The catalog's search, facets and sorts live here once (`CatalogQuery`,
+`catalog_environments`, `catalog_facets`), so that a page, an API list and a
+badge that describe the same environments can never disagree.
+"""
 
 from __future__ import annotations
 
-from django.db.models import Case, F, OuterRef, Prefetch, Q, QuerySet, Subquery, Value, When
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
-from registry.models import Environment, IndexProblem, Revision, SyncRun, ValidationRun, environment_key
+from django.contrib.postgres.search import SearchQuery, SearchRank, TrigramWordSimilarity
+from django.db import connection
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Greatest
 
-# Hub tags that say where a Space runs, not what it is.
-_NOISE_TAG_PREFIXES = ("region:",)
-
+from registry.models import (
+    Environment,
+    EnvironmentTag,
+    IndexProblem,
+    Revision,
+    SyncRun,
+    ValidationRun,
+    environment_key,
+)
 
 # What a revision row shows in lists: never the README (up to 1 MiB), the raw manifest or the file list.
 REVISION_SUMMARY_FIELDS = (
@@ -17,6 +45,15 @@ REVISION_SUMMARY_FIELDS = (
 )
 # Columns of a revision that no list, page or endpoint shows: they are read where they are used (runners).
 _REVISION_HEAVY_FIELDS = ("readme_raw", "readme_body", "readme_front_matter", "files")
+
+SLEEPING_STAGES = ("SLEEPING", "PAUSED", "STOPPED")
+# Hub tags that say where a Space runs, not what it is.
+NOISE_TAG_PREFIXES = ("region:",)
+
+
+def display_tags(tags: list) -> list[str]:
+    """The tags people see: the Hub's, without placement noise such as region:us."""
+    return [t for t in tags or [] if isinstance(t, str) and t and not t.startswith(NOISE_TAG_PREFIXES)]
 
 
 def _heavy(prefix: str) -> list[str]:
@@ -31,29 +68,314 @@ def _open_problems() -> Prefetch:
     )
 
 
+def _cards(qs: QuerySet[Environment], *, manifest: bool = False) -> QuerySet[Environment]:
+    """What a catalog card or an API list item shows: the head's summary and the verdict run, in the same query
+    (`manifest`: the head's raw manifest too, for the environment's own page)."""
+    return (qs.select_related("head", "verdict_run", "verdict_run__revision")
+            .defer(*_heavy("head"), *([] if manifest else ["head__manifest_raw"]), "verdict_run__report",
+                   "verdict_run__observed",
+                   *_heavy("verdict_run__revision"), "verdict_run__revision__manifest_raw",
+                   "verdict_run__revision__manifest"))
+
+
+# --- the catalog: search, facets, sorts ---------------------------------------------------------------------
+
+# The verdict facet, as people read it: a sleeping Space with no verdict is not "broken", it is asleep.
+VERDICT_FACET = Case(
+    When(verdict_outcome__in=["pass", "warn"], then=F("verdict_outcome")),
+    When(verdict_outcome__in=["fail", "error"], then=Value("fail")),
+    When(runtime_stage__in=SLEEPING_STAGES, then=Value("sleeping")),
+    default=Value("unvalidated"),
+)
+VERDICTS = {"pass": "Passing", "warn": "Warnings", "fail": "Failing", "sleeping": "Sleeping",
+            "unvalidated": "Not yet validated"}
+MODES = {"simulation": "Simulation", "production": "Production"}
+SORTS = {
+    "relevance": "Relevance", "updated": "Recently updated", "likes": "Most liked",
+    "latency": "Fastest step (p50)", "validated": "Recently validated", "name": "Name",
+}
+FACETS = ("verdict", "tag", "owner", "mode", "mcp", "stage", "openenv")
+FACET_LIMIT = 12
+MAX_QUERY_CHARS = 200
+_TAG = re.compile(r"[^\x00-\x1f]{1,100}")
+
+
+@dataclass(frozen=True)
+class CatalogQuery:
+    """One state of the catalog: the search text, the facet filters (values of one facet are alternatives,
+    facets are all required) and the sort. Every state has one URL (`as_params`)."""
+
+    q: str = ""
+    verdict: tuple[str, ...] = ()
+    tag: tuple[str, ...] = ()
+    owner: tuple[str, ...] = ()
+    mode: tuple[str, ...] = ()
+    mcp: tuple[str, ...] = ()  # "yes" / "no"
+    stage: tuple[str, ...] = ()
+    openenv: tuple[str, ...] = ()
+    sort: str = ""
+    status: str | None = Environment.Status.ACTIVE
+    source: str | None = None
+
+    @property
+    def effective_sort(self) -> str:
+        return self.sort or ("relevance" if self.q else "updated")
+
+    def without(self, facet: str, value: str | None = None) -> CatalogQuery:
+        """This state without one facet's filter (or one value of it)."""
+        values = getattr(self, facet)
+        return replace(self, **{facet: () if value is None else tuple(v for v in values if v != value)})
+
+    def toggled(self, facet: str, value: str) -> CatalogQuery:
+        values = getattr(self, facet)
+        return replace(self, **{facet: tuple(v for v in values if v != value) if value in values
+                                else (*values, value)})
+
+    def with_value(self, facet: str, value: str) -> CatalogQuery:
+        values = getattr(self, facet)
+        return self if value in values else replace(self, **{facet: (*values, value)})
+
+    def with_sort(self, sort: str) -> CatalogQuery:
+        return replace(self, sort=sort)
+
+    def as_params(self) -> list[tuple[str, str]]:
+        """The state as query parameters, in a stable order (shareable, cacheable URLs)."""
+        params = [("q", self.q)] if self.q else []
+        for facet in FACETS:
+            params += [(facet, value) for value in sorted(getattr(self, facet))]
+        if self.sort:
+            params.append(("sort", self.sort))
+        return params
+
+    @property
+    def filtered(self) -> bool:
+        return bool(self.q or any(getattr(self, f) for f in FACETS))
+
+
+def catalog_query_from_params(params: Mapping) -> tuple[CatalogQuery, list[str]]:
+    """Read a catalog state from query parameters. Unknown parameters are ignored; a malformed value is dropped
+    and named in the returned messages, so a hand-edited URL still shows something sensible, never an error."""
+    messages: list[str] = []
+
+    def values(name: str, allowed=None, pattern=None) -> tuple[str, ...]:
+        raw = params.getlist(name) if hasattr(params, "getlist") else ([params[name]] if name in params else [])
+        kept = []
+        for value in raw[:20]:
+            value = value.strip()
+            if not value:
+                continue
+            if (allowed is not None and value not in allowed) or (pattern is not None and not pattern.fullmatch(value)):
+                messages.append(f"Ignored {name}={value[:40]!r}: not one of the values this filter takes.")
+                continue
+            if value not in kept:
+                kept.append(value)
+        return tuple(kept)
+
+    q = (params.get("q") or "").replace("\x00", "").strip()
+    if len(q) > MAX_QUERY_CHARS:
+        messages.append(f"The search was cut to its first {MAX_QUERY_CHARS} characters.")
+        q = q[:MAX_QUERY_CHARS]
+    sort = (params.get("sort") or "").strip()
+    if sort and sort not in SORTS:
+        messages.append(f"Ignored sort={sort[:40]!r}: sorts are {', '.join(SORTS)}.")
+        sort = ""
+    query = CatalogQuery(
+        q=q, verdict=values("verdict", VERDICTS), tag=values("tag", pattern=_TAG),
+        owner=values("owner", pattern=re.compile(r"[A-Za-z0-9_.-]{1,96}")), mode=values("mode", MODES),
+        mcp=values("mcp", ("yes", "no")), stage=values("stage", pattern=re.compile(r"[A-Z_]{1,32}")),
+        openenv=values("openenv", pattern=re.compile(r"[^\x00-\x1f]{1,200}")), sort=sort,
+    )
+    return query, messages
+
+
+def _postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _search_query(q: str) -> SearchQuery:
+    # Names are indexed without stemming, prose with English stemming: match either.
+    return (SearchQuery(q, search_type="websearch", config="simple")
+            | SearchQuery(q, search_type="websearch", config="english"))
+
+
+def _facet_filters(query: CatalogQuery, skip: str | None = None) -> Q:
+    """The facet filters of `query`, all but `skip` (facet counts reflect the other active filters)."""
+    where = Q()
+    if query.verdict and skip != "verdict":
+        where &= Q(verdict_facet__in=query.verdict)
+    if query.tag and skip != "tag":
+        where &= Q(Exists(EnvironmentTag.objects.filter(environment=OuterRef("pk"), tag__in=query.tag)))
+    if query.owner and skip != "owner":
+        where &= Q(owner__in=query.owner)
+    if query.mode and skip != "mode":
+        where &= Q(mode__in=query.mode)
+    if query.mcp and skip != "mcp" and len(query.mcp) == 1:
+        where &= Q(has_mcp=True) if query.mcp[0] == "yes" else ~Q(has_mcp=True)
+    if query.stage and skip != "stage":
+        where &= Q(runtime_stage__in=query.stage)
+    if query.openenv and skip != "openenv":
+        where &= Q(head__openenv_requirement__in=[v if v != "none" else "" for v in query.openenv])
+    return where
+
+
+def _base(query: CatalogQuery) -> QuerySet[Environment]:
+    qs = Environment.objects.annotate(verdict_facet=VERDICT_FACET)
+    if query.status:
+        qs = qs.filter(status=query.status)
+    if query.source:
+        qs = qs.filter(source=query.source)
+    return qs
+
+
+def _searched(qs: QuerySet[Environment], q: str) -> QuerySet[Environment]:
+    """Environments matching the search text, annotated with `rank` (higher is better).
+
+    PostgreSQL: the stored search vector (names weigh most, then description, tags and MCP tools, then the
+    README); when that finds nothing, trigram similarity to the names, so that a typo still finds (`chss`
+    finds chess_env). SQLite: plain contains over the same fields, names first.
+    """
+    if not q:
+        return qs.annotate(rank=Value(0.0))
+    if _postgres():
+        search = _search_query(q)
+        matched = qs.filter(search_vector=search).annotate(rank=SearchRank(F("search_vector"), search))
+        if matched.exists():
+            return matched
+        similarity = Greatest(TrigramWordSimilarity(q, "key"), TrigramWordSimilarity(q, "head__manifest_name"))
+        return qs.annotate(rank=similarity).filter(rank__gte=0.3)
+    in_name = Q(key__icontains=q) | Q(head__manifest_name__icontains=q)
+    elsewhere = (Q(head__description__icontains=q) | Q(mcp_tools__icontains=q) | Q(head__readme_body__icontains=q)
+                 | Q(Exists(EnvironmentTag.objects.filter(environment=OuterRef("pk"), tag__icontains=q))))
+    return qs.filter(in_name | elsewhere).annotate(rank=Case(When(in_name, then=Value(1.0)), default=Value(0.5)))
+
+
+_ORDER = {
+    "relevance": ("-rank", "-likes", "key"),
+    "updated": ("-updated_at", "key"),
+    "likes": ("-likes", "key"),
+    "latency": (F("step_p50_ms").asc(nulls_last=True), "key"),
+    "validated": (F("validated_at").desc(nulls_last=True), "key"),
+    "name": ("key",),
+}
+
+
+def catalog_environments(query: CatalogQuery) -> QuerySet[Environment]:
+    """The environments in one catalog state, sorted, with what a card shows loaded (page or slice it)."""
+    qs = _searched(_base(query), query.q).filter(_facet_filters(query))
+    return _cards(qs).prefetch_related(_open_problems()).order_by(*_ORDER[query.effective_sort])
+
+
+@dataclass
+class FacetValue:
+    value: str
+    label: str
+    count: int
+    selected: bool
+
+
+@dataclass
+class Facet:
+    name: str
+    label: str
+    values: list[FacetValue] = field(default_factory=list)
+
+
+def catalog_facets(query: CatalogQuery) -> list[Facet]:
+    """Every facet with its values and counts; each facet's counts apply all the other active filters, so
+    picking a value never shows a count that would then be wrong. Selected values always appear."""
+    searched = _searched(_base(query), query.q)
+    facets = []
+
+    def counted(name: str, column, labels: Mapping[str, str] | None = None, *, grouped=None) -> Facet:
+        if grouped is None:
+            grouped = (searched.filter(_facet_filters(query, skip=name)).values(value=column)
+                       .annotate(n=Count("pk")).order_by("-n", "value"))
+        rows = grouped[:FACET_LIMIT]
+        facet = Facet(name, FACET_LABELS[name])
+        selected = set(getattr(query, name))
+        seen = set()
+        for row in rows:
+            value = row["value"] if row["value"] not in (None, "") else "none"
+            value = value if isinstance(value, str) else ("yes" if value else "no")
+            seen.add(value)
+            facet.values.append(FacetValue(value, (labels or {}).get(value, value), row["n"], value in selected))
+        for value in selected - seen:  # a selected value with no match still shows, to be unselected
+            facet.values.append(FacetValue(value, (labels or {}).get(value, value), 0, True))
+        return facet
+
+    facets.append(counted("verdict", F("verdict_facet"), VERDICTS))
+    tagged = EnvironmentTag.objects.filter(
+        environment__in=searched.filter(_facet_filters(query, skip="tag")).values("pk"))
+    facets.append(counted("tag", None, grouped=tagged.values(value=F("tag")).annotate(n=Count("environment_id"))
+                          .order_by("-n", "value")))
+    facets.append(counted("owner", F("owner")))
+    facets.append(counted("mode", F("mode"), {**MODES, "none": "not known yet"}))
+    mcp_labels = {"yes": "Has MCP tools", "no": "No MCP tools"}
+    facets.append(counted("mcp", Case(When(has_mcp=True, then=Value("yes")), default=Value("no")), mcp_labels))
+    facets.append(counted("stage", F("runtime_stage"), {"none": "no Space (local)"}))
+    facets.append(counted("openenv", F("head__openenv_requirement"), {"none": "not declared"}))
+    for facet in facets:
+        facet.values = [v for v in facet.values if v.count or v.selected]
+    return facets
+
+
+FACET_LABELS = {"verdict": "Verdict", "tag": "Tag", "owner": "Owner", "mode": "Mode", "mcp": "MCP tools",
+                "stage": "Runtime stage", "openenv": "OpenEnv requirement"}
+
+
+def environment_suggestions(*, q: str, limit: int = 5) -> list[Environment]:
+    """Close names for a search that found nothing (PostgreSQL: trigram similarity; SQLite: a shared prefix)."""
+    if not q:
+        return []
+    qs = Environment.objects.filter(status=Environment.Status.ACTIVE)
+    if _postgres():
+        from django.contrib.postgres.search import TrigramSimilarity
+
+        return list(qs.annotate(sim=TrigramSimilarity("key", q)).filter(sim__gt=0.1).order_by("-sim", "key")[:limit])
+    return list(qs.filter(Q(name__istartswith=q[:3]) | Q(owner__istartswith=q[:3])).order_by("key")[:limit])
+
+
+@dataclass
+class CatalogHome:
+    environments: int
+    owners: int
+    passing: int
+    recently_updated: list[Environment]
+    recently_validated: list[Environment]
+    most_liked: list[Environment]
+
+
+def catalog_home(*, per_list: int = 6) -> CatalogHome:
+    """The front page: counts and three short lists, a fixed number of queries whatever the catalog's size."""
+    active = Environment.objects.filter(status=Environment.Status.ACTIVE)
+    counts = active.aggregate(environments=Count("pk"), owners=Count("owner", distinct=True),
+                              passing=Count("pk", filter=Q(verdict_outcome="pass")))
+    cards = _cards(active)
+    return CatalogHome(
+        **counts,
+        recently_updated=list(cards.order_by("-updated_at", "key")[:per_list]),
+        recently_validated=list(cards.filter(validated_at__isnull=False).order_by("-validated_at", "key")[:per_list]),
+        most_liked=list(cards.filter(likes__gt=0).order_by("-likes", "key")[:per_list]),
+    )
+
+
+# --- one environment ----------------------------------------------------------------------------------------
+
+
 def environment_list(*, status: str | None = Environment.Status.ACTIVE, search: str = "",
                      source: str | None = None) -> QuerySet[Environment]:
-    """Environments for the catalog and the API, most recently updated first, with head and open problems loaded."""
-    qs = Environment.objects.select_related("head").defer(*_heavy("head"), "head__manifest_raw").prefetch_related(
-        _open_problems())
-    if status:
-        qs = qs.filter(status=status)
-    if source:
-        qs = qs.filter(source=source)
-    search = search.replace("\x00", "")  # PostgreSQL text cannot hold NUL; no name or description has one
-    if search:
-        qs = qs.filter(
-            Q(key__icontains=search) | Q(head__manifest_name__icontains=search)
-            | Q(head__description__icontains=search)
-        )
-    return qs.order_by("-updated_at", "key")
+    """Environments for the API: the catalog's search over the given status and source."""
+    return catalog_environments(CatalogQuery(q=search.replace("\x00", "")[:MAX_QUERY_CHARS], status=status,
+                                             source=source))
 
 
 def environment_get(*, owner: str, name: str) -> Environment | None:
-    """One environment by owner/name, case-insensitively, with its head (without README and file list) and open
-    problems loaded: two queries, whatever the number of revisions (they are listed by `revision_list`)."""
+    """One environment by owner/name, case-insensitively, with its head (without README and file list), its
+    verdict run and open problems loaded: two queries, whatever the number of revisions or runs."""
     return (
-        Environment.objects.select_related("head").defer(*_heavy("head"))
+        _cards(Environment.objects, manifest=True)
+        .select_related("good_run", "good_run__revision")
+        .defer("good_run__report", "good_run__observed", *_heavy("good_run__revision"))
         .prefetch_related(_open_problems())
         .filter(key=environment_key(owner, name))
         .first()
@@ -61,16 +383,34 @@ def environment_get(*, owner: str, name: str) -> Environment | None:
 
 
 def revision_list(*, environment: Environment) -> QuerySet[Revision]:
-    """The environment's revisions, newest first, summary columns only (page or slice it)."""
+    """The environment's revisions, newest first, summary columns only, each with the outcome of its latest
+    finished run as `latest_outcome` (page or slice it)."""
+    latest = (ValidationRun.objects.filter(revision=OuterRef("pk"), state=ValidationRun.State.FINISHED)
+              .order_by("-finished_at", "-id"))
     return (Revision.objects.filter(environment=environment).only(*REVISION_SUMMARY_FIELDS)
+            .annotate(latest_outcome=Subquery(latest.values("outcome")[:1]))
             .order_by("-indexed_at", "-id"))
+
+
+class AmbiguousRevision(Exception):
+    """A sha prefix that more than one revision starts with."""
+
+
+def revision_resolve(*, environment: Environment, ref: str) -> Revision | None:
+    """A revision of the environment by full sha or unique prefix (at least 4 hex characters), README included;
+    None when nothing matches, AmbiguousRevision when several do."""
+    ref = ref.strip().lower()
+    if not re.fullmatch(r"[0-9a-f]{4,64}", ref):
+        return None
+    matches = list(Revision.objects.filter(environment=environment, sha__startswith=ref).defer("files")[:2])
+    if len(matches) > 1:
+        raise AmbiguousRevision(ref)
+    return matches[0] if matches else None
 
 
 def environment_tags(environment: Environment) -> list[str]:
     """The tags to show: the head revision's, without placement noise such as region:us."""
-    head = environment.head
-    tags = head.tags if head else []
-    return [t for t in tags if not t.startswith(_NOISE_TAG_PREFIXES)]
+    return display_tags(environment.head.tags if environment.head else [])
 
 
 def sync_run_latest(*, kind: str) -> SyncRun | None:
@@ -78,48 +418,32 @@ def sync_run_latest(*, kind: str) -> SyncRun | None:
     return SyncRun.objects.filter(kind=kind, state=SyncRun.State.FINISHED).order_by("-finished_at", "-id").first()
 
 
-def _latest_finished(environment_ref) -> QuerySet[ValidationRun]:
-    """Finished runs of an environment, the head revision's first, newest first."""
-    return (
-        ValidationRun.objects.filter(environment=environment_ref, state=ValidationRun.State.FINISHED)
-        .annotate(on_head=Case(When(revision_id=F("environment__head_id"), then=Value(0)), default=Value(1)))
-        .order_by("on_head", "-finished_at", "-id")
-    )
-
-
 def environment_verdict(*, environment: Environment) -> ValidationRun | None:
-    """The run whose outcome is the environment's verdict: the head revision's latest, else the latest of any revision."""
-    return _latest_finished(environment).select_related("revision").defer(*_heavy("revision")).first()
+    """The run whose outcome is the environment's verdict (the head revision's latest, else the latest of any),
+    with its report."""
+    if environment.verdict_run_id is None:
+        return None
+    return (ValidationRun.objects.select_related("revision").defer(*_heavy("revision"))
+            .filter(pk=environment.verdict_run_id).first())
 
 
-def environments_with_verdicts(environments) -> list[Environment]:
-    """Attach `.verdict` (a ValidationRun or None) to each environment, in two queries whatever the count."""
-    environments = list(environments)
-    ids = [env.pk for env in environments]
-    latest = (
-        Environment.objects.filter(pk__in=ids)
-        .annotate(run_id=Subquery(_latest_finished(OuterRef("pk")).values("id")[:1]))
-        .values_list("pk", "run_id")
-    )
-    run_ids = {pk: run_id for pk, run_id in latest if run_id}
-    runs = (ValidationRun.objects.defer("report", *_heavy("revision"), "revision__manifest_raw")
-            .select_related("revision").in_bulk(run_ids.values()))
-    for env in environments:
-        env.verdict = runs.get(run_ids.get(env.pk))
-    return environments
+def revision_run_latest(*, revision: Revision) -> ValidationRun | None:
+    """The latest finished run of one revision, with its report and what the server showed."""
+    return (ValidationRun.objects.filter(revision=revision, state=ValidationRun.State.FINISHED)
+            .select_related("revision").defer(*_heavy("revision")).order_by("-finished_at", "-id").first())
 
 
 def validation_run_live(*, environment: Environment) -> ValidationRun | None:
     """The queued or running validation of the environment's head, if any."""
     return ValidationRun.objects.filter(
         environment=environment, revision_id=environment.head_id, state__in=ValidationRun.LIVE_STATES,
-    ).first()
+    ).defer("report", "observed").first()
 
 
 def validation_run_list(*, environment: Environment) -> QuerySet[ValidationRun]:
     """The environment's runs, newest first, without reports (page or slice it)."""
     return (ValidationRun.objects.filter(environment=environment).select_related("revision")
-            .defer("report", *_heavy("revision"), "revision__manifest_raw", "revision__manifest"))
+            .defer("report", "observed", *_heavy("revision"), "revision__manifest_raw", "revision__manifest"))
 
 
 def validation_run_get(*, environment: Environment, run_id: int) -> ValidationRun | None:

@@ -1,8 +1,9 @@
-"""Web pages and probes. Thin: parse input, call a selector, render."""
+"""Web pages and probes. Thin: parse input, call selectors (and the presenters), render."""
 
 from __future__ import annotations
 
 import logging
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -15,49 +16,135 @@ from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from registry import selectors
+from registry import presenters, selectors
 from registry.models import Environment, SyncRun, ValidationRun
+from registry.pulls import PullTarget, pull_forms
 from registry.services import validation
+from registry.services.catalog import revision_readme_html
 
 logger = logging.getLogger(__name__)
 
+PAGE_SIZE = 20
 REVISIONS_PER_PAGE = 20
+RUNS_SHOWN = 10
+
+
+def _hub_status() -> dict:
+    """One line about the last Hub sync: when the Hub was last reached, and whether the last try reached it."""
+    last = selectors.sync_run_latest(kind=SyncRun.Kind.HUB)
+    reached = (SyncRun.objects.filter(kind=SyncRun.Kind.HUB, state=SyncRun.State.FINISHED, listing_complete=True)
+               .order_by("-finished_at").values_list("finished_at", flat=True).first())
+    return {"last": last, "reached_at": reached, "endpoint": settings.HF_ENDPOINT,
+            "unreachable": bool(last and not last.listing_complete)}
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    """The catalog's front page: indexed environments, newest first, with their index errors."""
-    query = request.GET.get("q", "").strip()[:200]
-    page = Paginator(selectors.environment_list(search=query), 50).get_page(request.GET.get("page"))
-    page.object_list = selectors.environments_with_verdicts(page.object_list)
-    for env in page.object_list:
-        env.display_tags = selectors.environment_tags(env)
-    hub_sync = selectors.sync_run_latest(kind=SyncRun.Kind.HUB)
-    return render(request, "registry/home.html", {"page": page, "query": query, "hub_sync": hub_sync})
+    """The front page: search, counts, recently updated / validated, most liked, and how to publish."""
+    if request.GET.get("q"):  # the header's search box works from every page, this one included
+        return redirect(f"{reverse('registry:browse')}?{urlencode({'q': request.GET['q']})}")
+    return render(request, "registry/home.html", {"home": selectors.catalog_home(), "hub": _hub_status()})
+
+
+def browse(request: HttpRequest, owner: str | None = None, tag: str | None = None) -> HttpResponse:
+    """The catalog: search, facets, sorts and pages; `owner` and `tag` pages are the same, pre-filtered."""
+    query, notes = selectors.catalog_query_from_params(request.GET)
+    base_path = request.path
+    if owner is not None:
+        query = query.with_value("owner", owner)
+    if tag is not None:
+        query = query.with_value("tag", tag)
+    page = Paginator(selectors.catalog_environments(query), PAGE_SIZE).get_page(request.GET.get("page"))
+    if request.GET.get("page") and str(page.number) != request.GET.get("page"):
+        notes.append(f"There is no page {request.GET['page'][:20]!r}; this is page {page.number}.")
+    facets = selectors.catalog_facets(query)
+    fixed = {"owner": owner, "tag": tag}
+
+    def url(state: selectors.CatalogQuery, **extra) -> str:
+        params = [(k, v) for k, v in state.as_params() if fixed.get(k) != v] + list(extra.items())
+        return f"{base_path}?{urlencode(params)}" if params else base_path
+
+    for facet in facets:
+        for value in facet.values:
+            value.url = url(query.toggled(facet.name, value.value))
+            value.fixed = fixed.get(facet.name) == value.value
+    suggestions = selectors.environment_suggestions(q=query.q) if query.q and not page.paginator.count else []
+    context = {
+        "query": query, "page": page, "facets": facets, "notes": notes, "suggestions": suggestions,
+        "sorts": [(key, label, url(query.with_sort(key)), key == query.effective_sort)
+                  for key, label in selectors.SORTS.items() if key != "relevance" or query.q],
+        "owner": owner, "tag": tag, "clear_url": base_path,
+        "prev_url": url(query, page=page.previous_page_number()) if page.has_previous() else None,
+        "next_url": url(query, page=page.next_page_number()) if page.has_next() else None,
+    }
+    return render(request, "registry/browse.html", context)
 
 
 def _environment_or_404(owner: str, name: str) -> Environment:
     env = selectors.environment_get(owner=owner, name=name)
     if env is None:
-        raise Http404(f"No environment {owner}/{name}")
+        raise Http404(f"No environment {owner}/{name} in the index.")
     return env
 
 
+def _pull_target(env: Environment, revision, *, staff: bool) -> PullTarget:
+    manifest = revision.manifest if isinstance(revision.manifest, dict) else {}
+    app = manifest.get("app") if isinstance(manifest.get("app"), str) else "server.app:app"
+    port = manifest.get("port") if isinstance(manifest.get("port"), int) and 0 < manifest.get("port") < 65536 else 8000
+    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=env.source, host=revision.host,
+                      subdomain=revision.subdomain, app=app, port=port, hub=settings.HF_ENDPOINT,
+                      local_path=env.local_path if staff else "")
+
+
 def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """One environment at its head, or at `?revision=<sha or unique prefix>`: everything needed to trust and pull it."""
     env = _environment_or_404(owner, name)
     if (env.owner, env.name) != (owner, name):
-        return redirect("registry:environment", owner=env.owner, name=env.name, permanent=True)
-    env.display_tags = selectors.environment_tags(env)
-    revisions = Paginator(selectors.revision_list(environment=env), REVISIONS_PER_PAGE).get_page(
-        request.GET.get("revisions_page"))
-    context = {
-        "env": env,
-        "revisions": revisions,
-        "Status": Environment.Status,
-        "verdict": selectors.environment_verdict(environment=env),
+        query = f"?{request.META['QUERY_STRING']}" if request.META.get("QUERY_STRING") else ""
+        return redirect(reverse("registry:environment", kwargs={"owner": env.owner, "name": env.name}) + query,
+                        permanent=True)
+    notes: list[str] = []
+    revision, ref = env.head, request.GET.get("revision", "").strip()
+    if ref:
+        try:
+            found = selectors.revision_resolve(environment=env, ref=ref)
+        except selectors.AmbiguousRevision:
+            found = None
+            notes.append(f"More than one revision starts with {ref[:64]!r}: give more of the sha. Showing the head.")
+        else:
+            if found is None:
+                notes.append(f"No revision of {env.repo_id} matches {ref[:64]!r}. Showing the head.")
+        revision = found or revision
+    staff = request.user.is_staff
+    context = {"env": env, "Status": Environment.Status, "notes": notes, "staff": staff}
+    if revision is not None:
+        older = revision.pk != env.head_id
+        run = selectors.revision_run_latest(revision=revision)
+        observed = (run.observed or {}) if run else {}
+        schemas = observed.get("schemas") if isinstance(observed.get("schemas"), dict) else {}
+        good = env.good_run
+        show_good = (not older and env.verdict_outcome in ("fail", "error") and good is not None
+                     and good.revision_id != env.head_id)
+        context.update({
+            "revision": revision, "older": older, "run": run,
+            "pulls": pull_forms(_pull_target(env, revision, staff=staff)),
+            "good": good if show_good else None,
+            "good_pulls": pull_forms(_pull_target(env, good.revision, staff=staff)) if show_good else None,
+            "readme_html": revision_readme_html(revision_id=revision.pk),
+            "schemas": [(part, presenters.schema_rows(schemas.get(part))) for part in ("action", "observation", "state")
+                        if isinstance(schemas.get(part), dict)],
+            "tools": presenters.tool_views(observed.get("tools")),
+            "episode": observed.get("episode") if isinstance(observed.get("episode"), list) else [],
+            "results": (run.report or {}).get("results", []) if run else [],
+            "space_url": f"{settings.HF_ENDPOINT}/spaces/{env.repo_id}" if env.source == "huggingface" else "",
+        })
+    context.update({
+        "tags": selectors.environment_tags(env),
         "live_run": selectors.validation_run_live(environment=env),
-        "runs": selectors.validation_run_list(environment=env)[:20],
+        "runs": selectors.validation_run_list(environment=env)[:RUNS_SHOWN],
+        "revisions": Paginator(selectors.revision_list(environment=env), REVISIONS_PER_PAGE).get_page(
+            request.GET.get("revisions_page")),
         "runs_api_url": settings.SITE_URL + reverse("api:validation-list", kwargs={"owner": env.owner, "name": env.name}),
-    }
+    })
     return render(request, "registry/environment.html", context)
 
 
@@ -66,7 +153,7 @@ def validation_report(request: HttpRequest, owner: str, name: str, run_id: int) 
     env = _environment_or_404(owner, name)
     run = selectors.validation_run_get(environment=env, run_id=run_id)
     if run is None:
-        raise Http404(f"No validation run {run_id} of {env.repo_id}")
+        raise Http404(f"No validation run {run_id} of {env.repo_id}.")
     results = (run.report or {}).get("results", [])
     return render(request, "registry/validation_report.html", {"env": env, "run": run, "results": results})
 
@@ -87,6 +174,19 @@ def validation_request(request: HttpRequest, owner: str, name: str) -> HttpRespo
             requested_by=request.user)
         messages.info(request, f"Validation #{run.pk} {'queued' if created else 'is already ' + run.state}.")
     return redirect("registry:environment", owner=env.owner, name=env.name)
+
+
+def not_found(request: HttpRequest, exception=None) -> HttpResponse:
+    """404 in the site's layout, with a search box and, where the path names an environment, close names."""
+    parts = [p for p in request.path.split("/") if p]
+    guess = parts[2] if len(parts) >= 3 and parts[0] == "environments" else (parts[-1] if parts else "")
+    suggestions = selectors.environment_suggestions(q=guess[:100]) if guess else []
+    return render(request, "404.html", {"suggestions": suggestions, "guess": guess[:100]}, status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """500 in the site's layout; touches no database (it may be what failed)."""
+    return render(request, "500.html", status=500)
 
 
 @never_cache

@@ -15,6 +15,14 @@ CORPUS = TESTS_DIR / "data" / "openenv-envs"
 CORPUS_NAMES = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _collected_static(django_db_blocker):
+    """Pages name their assets by hashed names from the manifest, as in production: collect them once."""
+    from django.core.management import call_command
+
+    call_command("collectstatic", interactive=False, verbosity=0)
+
+
 @pytest.fixture
 def hub_stub(settings, tmp_path):
     """A running Hub stand-in that the indexer talks to through the real huggingface_hub client."""

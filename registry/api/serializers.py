@@ -4,7 +4,7 @@ from django.urls import reverse
 from rest_framework import serializers
 
 from registry.models import Environment, IndexProblem, Revision, ValidationRun
-from registry.selectors import environment_tags, environment_verdict
+from registry.selectors import environment_tags
 
 
 class IndexProblemSerializer(serializers.ModelSerializer):
@@ -83,8 +83,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
         return IndexProblemSerializer(problems, many=True).data
 
     def get_verdict(self, env: Environment) -> dict | None:
-        run = env.verdict if hasattr(env, "verdict") else environment_verdict(environment=env)
-        return verdict_data(run)
+        return verdict_data(env.verdict_run)
 
     def get_url(self, env: Environment) -> str:
         request = self.context.get("request")

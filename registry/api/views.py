@@ -50,9 +50,6 @@ class EnvironmentList(generics.ListAPIView):
             status=None if status == "all" else status, search=params.get("q", "").strip()[:200], source=source,
         )
 
-    def paginate_queryset(self, queryset):
-        return selectors.environments_with_verdicts(super().paginate_queryset(queryset))
-
 
 class EnvironmentDetail(EnvironmentMixin, generics.RetrieveAPIView):
     """GET /api/v1/environments/<owner>/<name>/ (any case; redirects to the canonical spelling)."""

@@ -21,18 +21,20 @@ everything into results; the work itself is in `surface` (the HTTP checks),
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from . import graders, static
 from .episode import CAPACITY_WAIT_S, Episode, EpisodeSession, fixed_actions
 from .http import HostNotAllowed, ProbeClient, ProbeHTTPError
 from .policy import load_policy
-from .report import ERROR, FAIL, PASS, SKIP, VALIDATOR_VERSION, CheckResult, build_report, clip
+from .report import ERROR, FAIL, PASS, SKIP, VALIDATOR_VERSION, CheckResult, build_report, clip, json_safe
 from .schema import ProbeOverloaded, invalid_action
+from .static import is_number
 from .surface import Surface
 
 SOURCE_PLAN = "validation/runtime.json"
@@ -409,6 +411,57 @@ def _target_string(target: ProbeTarget, source: dict) -> str:
     return f"{where}@{sha}" if sha else str(where)
 
 
+# What a catalog shows of a server besides its report: public output of untrusted code, so cleaned and capped.
+MAX_OBSERVED_SCHEMAS_BYTES = 64 * 1024
+MAX_OBSERVED_TOOLS_BYTES = 64 * 1024
+MAX_TRANSCRIPT_FRAMES = 24
+MAX_TRANSCRIPT_FRAME_CHARS = 2000
+
+
+def _bounded(value: Any, limit: int) -> Any:
+    """Plain JSON of `value` if it fits in `limit` bytes serialized, else None."""
+    safe = json_safe(value)
+    return safe if len(json.dumps(safe, ensure_ascii=False)) <= limit else None
+
+
+def _frame_text(value: Any) -> str:
+    text = json.dumps(json_safe(value), ensure_ascii=False, sort_keys=False)
+    return text if len(text) <= MAX_TRANSCRIPT_FRAME_CHARS else text[:MAX_TRANSCRIPT_FRAME_CHARS - 1] + "…"
+
+
+def observations(run: _Run) -> dict:
+    """What the server showed: `schemas` (its /schema, when valid and small), `tools` (its MCP tools, likewise)
+    and `episode` (the reset, each action sent and each reply on the one /ws session, as JSON text cut to a sane
+    size, first frames first). Meant to be shown to people as inert text."""
+    surface = run.surface
+    out: dict[str, Any] = {"schemas": None, "tools": None, "episode": []}
+    if surface is not None:
+        if surface.schema_ok and isinstance(surface.schema, dict):
+            out["schemas"] = _bounded(surface.schema, MAX_OBSERVED_SCHEMAS_BYTES)
+        if surface.mcp and isinstance(surface.tools, list):
+            out["tools"] = _bounded(surface.tools[:100], MAX_OBSERVED_TOOLS_BYTES)
+    episode = run.episode
+    for record in (episode.exchanges if episode else [])[:MAX_TRANSCRIPT_FRAMES]:
+        if record.op not in ("reset", "step", "state"):
+            continue  # the deliberately invalid action and its aftermath are the report's business
+        reply = record.reply
+        item: dict[str, Any] = {"op": record.op, "label": record.label}
+        if record.op == "step" and isinstance(reply.sent, dict):
+            item["sent"] = _frame_text(reply.sent.get("data"))
+        data = reply.data if isinstance(reply.data, dict) else None
+        if reply.problem:
+            item["problem"] = clip(reply.problem, 300)
+        elif record.op in ("reset", "step") and data is not None and not reply.is_error_frame:
+            item["observation"] = _frame_text(data.get("observation"))
+            reward = data.get("reward")
+            item["reward"] = reward if is_number(reward) and math.isfinite(reward) else None
+            item["done"] = data.get("done") is True
+        else:
+            item["received"] = _frame_text(reply.frame)
+        out["episode"].append(item)
+    return out
+
+
 def run_validation(
     target: ProbeTarget,
     *,
@@ -422,8 +475,12 @@ def run_validation(
     on_progress: Callable[[str], None] | None = None,
     started_at: float | None = None,
     manifest_problems: Sequence[str] = (),
+    observed: dict | None = None,
 ) -> dict:
     """Probe one running environment and return its report (OpenEnv report-v2, lane "hub", policy hub-1).
+
+    `observed`, when given, is filled with what the server showed beyond the report (see `observations`):
+    its schemas, its MCP tools and a transcript of the episode played.
 
     `source` binds the result to a revision: {"sha", "repo_id", "runner"};
     `target` of the report is "repo_id@sha" and `source_digest` the sha.
@@ -447,6 +504,8 @@ def run_validation(
         run.execute()
     except _Cancelled as cancelled:
         raise cancelled.original from None
+    if observed is not None:
+        observed.update(observations(run))
     normalized, _ = static.normalize_manifest(manifest)
     return build_report(
         results=[*run.results, *extra_results],

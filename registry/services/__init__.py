@@ -13,6 +13,7 @@ from registry.services.index import (  # noqa: F401
     hub_sync,
     index_problem_record,
     local_package_digest,
+    local_index_by_id,
     local_package_index,
     local_sync,
     revision_record,

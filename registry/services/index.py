@@ -26,6 +26,7 @@ from django.utils import timezone
 from registry import manifest as mf
 from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
 from registry.models import ID_PART, Environment, IndexProblem, Revision, SyncRun, environment_key
+from registry.services.catalog import environment_catalog_refresh
 from registry.services.heartbeat import Heartbeat
 from registry.services.validation import validation_run_request
 
@@ -184,6 +185,8 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
         env.last_seen_at = timezone.now()
         env.save()
         _problems_resolve_except_head(env)
+        if created or head_moved:
+            environment_catalog_refresh(environment_id=env.pk)
         if head_moved and settings.HUB_VALIDATE_NEW_REVISIONS:
             validation_run_request(revision=revision, trigger="new_revision")
     environment.refresh_from_db()
@@ -573,6 +576,26 @@ def local_package_index(*, owner: str, folder: Path) -> str:
         Environment.objects.filter(pk=env.pk).update(local_path=str(folder))
     revision_record(environment=env, sha=digest, facts=facts, files=listing)
     return NEW if is_new else UPDATED
+
+
+def local_index_by_id(*, repo_id: str) -> SyncSummary | None:
+    """Index one folder of a local source by its id (`owner/name`), as `space_index_by_id` does for a Space;
+    None when no local source has that owner (the id is then a Hub id)."""
+    owner, _, name = repo_id.partition("/")
+    roots = [root for source_owner, root in _local_sources() if source_owner.lower() == owner.lower()]
+    if not roots:
+        return None
+    run, _ = _sync_run_begin(SyncRun.Kind.SPACE, repo_id)
+    counts: Counter = Counter()
+    folder = next((root / name for root in roots if (root / name / mf.MANIFEST_FILE).is_file()), None)
+    if folder is None or not re.fullmatch(ID_PART, name):
+        return _sync_run_finish(run, counts, messages=[
+            f"{repo_id}: no folder {name!r} with an openenv.yaml in the local source(s) of {owner!r} "
+            f"({', '.join(str(r) for r in roots)})."])
+    counts["found"] += 1
+    env = Environment.objects.filter(key=environment_key(owner, name)).first()
+    counts[_guarded(lambda: local_package_index(owner=owner, folder=folder), str(folder), env)] += 1
+    return _sync_run_finish(run, counts)
 
 
 def local_sync() -> SyncSummary:

@@ -19,6 +19,7 @@ from django.utils import timezone
 from registry.conformance import POLICY_VERSION, VALIDATOR_VERSION
 from registry.identity import HubUser
 from registry.models import Environment, Revision, ValidationRun
+from registry.services.catalog import environment_catalog_refresh
 
 logger = logging.getLogger(__name__)
 
@@ -143,18 +144,24 @@ def validation_run_heartbeat(*, run_id: int, attempt: int | None = None) -> None
 
 
 def validation_run_finish(*, run_id: int, outcome: str, report: dict | None, reason: str = "",
-                          target_url: str = "", attempt: int | None = None, stale_before=None) -> bool:
-    """running → finished with an outcome and the report. False when the run was no longer running
-    (or, given `attempt`, is in a later attempt: a superseded worker's verdict is dropped; given
-    `stale_before`, it beat since)."""
+                          target_url: str = "", attempt: int | None = None, stale_before=None,
+                          observed: dict | None = None) -> bool:
+    """running → finished with an outcome, the report and what the server showed (`observed`), and the
+    environment's catalog summary follows. False when the run was no longer running (or, given `attempt`, is
+    in a later attempt: a superseded worker's verdict is dropped; given `stale_before`, it beat since)."""
     failing = [
         r["check_id"] for r in (report or {}).get("results", [])
         if r.get("status") in ("fail", "error")
     ]
-    return bool(_running(run_id, attempt, stale_before=stale_before).update(
-        state=State.FINISHED, outcome=outcome, report=report, failing_checks=failing, reason=reason[:2000],
-        target_url=target_url[:500], finished_at=timezone.now(),
-    ))
+    with transaction.atomic():
+        finished = bool(_running(run_id, attempt, stale_before=stale_before).update(
+            state=State.FINISHED, outcome=outcome, report=report, failing_checks=failing, reason=reason[:2000],
+            target_url=target_url[:500], finished_at=timezone.now(), observed=observed,
+        ))
+        if finished:
+            environment_id = ValidationRun.objects.filter(pk=run_id).values_list("environment_id", flat=True).get()
+            environment_catalog_refresh(environment_id=environment_id)
+    return finished
 
 
 def validation_run_cancel(*, run_id: int, reason: str, attempt: int | None = None) -> bool:

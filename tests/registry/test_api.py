@@ -65,7 +65,8 @@ def test_status_source_and_search_filters(client, indexed):
     assert client.get("/api/v1/environments/?status=all").json()["count"] == 35
     assert client.get("/api/v1/environments/?source=local").json()["count"] == 0
     found = client.get("/api/v1/environments/?q=browsergym").json()
-    assert [r["id"] for r in found["results"]] == ["openenv/browsergym_env"]
+    # The catalog's search: the name match ranks first; READMEs that mention it follow.
+    assert found["results"][0]["id"] == "openenv/browsergym_env" and found["count"] >= 1
     bad = client.get("/api/v1/environments/?status=bogus")
     assert bad.status_code == 400
     assert bad.json()["error"]["code"] == "invalid" and "status" in bad.json()["error"]["detail"]
@@ -98,25 +99,32 @@ def test_the_environment_list_is_read_only(client, indexed):
     assert client.delete("/api/v1/environments/openenv/echo_env/").status_code == 405
 
 
-def test_home_lists_environments_and_their_errors_escaped(client, indexed):
-    page = client.get("/").content.decode()
+def test_the_catalog_lists_environments_and_their_errors_escaped(client, indexed):
+    page = client.get("/environments/?sort=name").content.decode()
     assert "openenv/</span>echo_env" in page
     assert "A simple test environment that echoes back messages." in page
-    assert "manifest.yaml_invalid" in page and "not valid YAML" in page
     assert "atari_env" not in page  # withdrawn
     assert "<script>alert" not in page
-    search = client.get("/?q=browsergym").content.decode()
-    assert "browsergym_env" in search and "echo_env" not in search
+    broken = client.get("/environments/evil/broken/").content.decode()
+    assert "manifest.yaml_invalid" in broken and "not valid YAML" in broken
+    search = client.get("/?q=browsergym")  # the header's search box, from the home page
+    assert search.status_code == 302 and search["Location"] == "/environments/?q=browsergym"
+    found = client.get(search["Location"]).content.decode()
+    assert "browsergym_env" in found and "echo_env" not in found
 
 
-def test_home_shows_an_incomplete_hub_sync(client, corpus_stub):
+def test_home_says_plainly_when_the_hub_could_not_be_reached(client, corpus_stub, settings):
     corpus_stub.inject("list", status=500, times=None)
     services.hub_sync()
     page = client.get("/").content.decode()
-    assert "The last Hub sync was incomplete" in page and "HTTP 500" in page
+    assert f"The Hub ({settings.HF_ENDPOINT}) could not be reached at the last sync" in page
+    assert "never reached yet" in page and "HTTP 500" not in page.split("could not be reached")[1].split("</p>")[0]
     corpus_stub.clear_injections()
     services.hub_sync()
-    assert "The last Hub sync was incomplete" not in client.get("/").content.decode()
+    assert "could not be reached" not in client.get("/").content.decode()
+    corpus_stub.inject("list", status=500, times=None)
+    services.hub_sync()
+    assert "last reached <time" in client.get("/").content.decode()
 
 
 def test_environment_page(client, indexed):

@@ -16,6 +16,7 @@ from registry import services
 from registry.hub import HubClient
 from registry.models import Environment, IndexProblem, Revision, SyncRun
 from tests.conftest import CORPUS, CORPUS_NAMES
+from tests.support.hostile_spaces import HOSTILE
 
 pytestmark = [pytest.mark.django_db, pytest.mark.integration]
 
@@ -295,26 +296,6 @@ def test_a_hub_that_keeps_failing_one_space_does_not_stop_the_others(corpus_stub
     assert (run.new, run.errors) == (1, 0)
     assert env("openenv/chess_env").head is not None
     assert open_codes("openenv/chess_env") == []
-
-
-HOSTILE = {
-    "evil/yaml_broken": ({"openenv.yaml": b"name: [unclosed\n"}, "manifest.yaml_invalid"),
-    "evil/alias_bomb": ({"openenv.yaml": b"a: &a [x,x,x,x,x,x,x,x]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a]\nc: [*b,*b,*b,*b,*b,*b,*b,*b]\nname: boom\n"}, "manifest.yaml_invalid"),
-    "evil/manifest_list": ({"openenv.yaml": b"- name: x\n"}, "manifest.not_mapping"),
-    "evil/no_name": ({"openenv.yaml": b"spec_version: 1\nport: 8000\n"}, "manifest.name_missing"),
-    "evil/huge_manifest": ({"openenv.yaml": b"name: big\n" + b"#" * (mf.MAX_MANIFEST_BYTES + 10)}, "manifest.too_large"),
-    "evil/latin1_readme": ({"openenv.yaml": b"name: latin\n", "README.md": b"---\ntags: [openenv]\n---\nCaf\xe9\n"}, "readme.not_utf8"),
-    "evil/huge_readme": ({"openenv.yaml": b"name: bigreadme\n", "README.md": b"x" * (mf.MAX_README_BYTES + 1)}, "readme.too_large"),
-    "evil/tagged_no_manifest": ({"README.md": b"---\ntags: [openenv]\n---\nI am tagged.\n"}, "manifest.missing"),
-    "evil/bad_pyproject": ({"openenv.yaml": b"name: badpy\n", "pyproject.toml": b"[project\n"}, "pyproject.toml_invalid"),
-    # Valid YAML and TOML whose values Python refuses to convert.
-    "evil/no_such_date": ({"openenv.yaml": b"name: date\ncreated: 2024-02-30\n"}, "manifest.yaml_invalid"),
-    "evil/huge_int": ({"openenv.yaml": b"name: int\nport: 1" + b"0" * 5000 + b"\n"}, "manifest.yaml_invalid"),
-    "evil/huge_toml_int": ({"openenv.yaml": b"name: tint\n", "pyproject.toml": b"[project]\nn = 1" + b"0" * 5000 + b"\n"},
-                           "pyproject.toml_invalid"),
-    "evil/bad_card_date": ({"openenv.yaml": b"name: card\n", "README.md": b"---\nwhen: 2023-13-45\n---\nHi\n"},
-                           "readme.front_matter_invalid"),
-}
 
 
 def test_hostile_spaces_are_indexed_with_clear_errors_and_stop_nothing(corpus_stub):

@@ -99,10 +99,10 @@ def test_the_head_revisions_verdict_wins(client, env, settings):
 
 def test_catalog_and_report_page(client, env):
     run = finished(env)
-    home = client.get("/").content.decode()
+    home = client.get("/environments/").content.decode()
     assert 'class="verdict verdict-fail"' in home and "not validated" in home  # alpha failed, beta never ran
     page = client.get("/environments/local/alpha/").content.decode()
-    assert "Latest verdict" in page and "runtime.reward_well_formed" in page
+    assert "Verdict <strong>failing</strong>" in page and "runtime.reward_well_formed" in page
     report = client.get(f"/environments/local/alpha/validations/{run.pk}/").content.decode()
     assert "static.manifest" in report and "runtime.reward_well_formed" in report
     assert "Keep rewards inside the declared range." in report

@@ -4,7 +4,8 @@ from registry import selectors, services
 
 
 class Command(BaseCommand):
-    help = "Index one Hugging Face Space (owner/name) synchronously and print a summary (exit status 1 on errors)."
+    help = ("Index one Hugging Face Space (owner/name), or one folder of a local source (its owner/name), "
+            "synchronously and print a summary (exit status 1 on errors).")
 
     def add_arguments(self, parser):
         parser.add_argument("repo_id", help="owner/name")
@@ -12,7 +13,8 @@ class Command(BaseCommand):
     def handle(self, *args, repo_id: str, **options):
         if repo_id.count("/") != 1 or not all(repo_id.split("/")):
             raise CommandError(f"expected owner/name, got {repo_id!r}")
-        summary = services.space_index_by_id(repo_id=repo_id)
+        # An id whose owner names a local source is a folder of it, not a Space: index the folder.
+        summary = services.local_index_by_id(repo_id=repo_id) or services.space_index_by_id(repo_id=repo_id)
         self.stdout.write(f"{repo_id}: {summary}")
         for message in summary.run.messages:
             self.stderr.write(f"  {message}")

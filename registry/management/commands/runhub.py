@@ -4,13 +4,31 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
 from django.conf import settings
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+
+
+def _port_taken(host: str, port: str) -> str:
+    """One sentence when the address cannot be served (taken, or not an address), else ''; nothing is started."""
+    try:
+        number = int(port)
+    except ValueError:
+        return f"PORT must be a number, not {port!r}."
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            # A port left in TIME_WAIT by a hub that just stopped is free to take; a listening one is not.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, number))
+    except OSError as exc:
+        return (f"Cannot serve on {host}:{number} ({exc.strerror or exc}): is another hub already running there? "
+                f"Stop it, or choose another port with `make run PORT=...`.")
+    return ""
 
 
 class Command(BaseCommand):
@@ -22,7 +40,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-sync", action="store_true", help="Do not queue a first sync.")
 
     def handle(self, *args, host: str, port: str, no_sync: bool = False, **options):
+        problem = _port_taken(host, port)
+        if problem:
+            raise CommandError(problem)
         call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
         self._keep_private()
         python = sys.executable
         celery = [python, "-m", "celery", "-A", "hub"]
@@ -30,7 +52,7 @@ class Command(BaseCommand):
             "worker": celery + ["worker", "--loglevel", "INFO", "--concurrency", "2", "-Q", "default,validation",
                                 "--hostname", "embedded@%h"],
             "beat": celery + ["beat", "--loglevel", "INFO", "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
-            "web": [python, "manage.py", "runserver", f"{host}:{port}", "--noreload", "--insecure"],
+            "web": [python, "manage.py", "runserver", f"{host}:{port}", "--noreload", "--nostatic"],
         }
         procs: dict[str, subprocess.Popen] = {}
         stopping = False

@@ -1,0 +1,116 @@
+"""The catalog summary of an environment: what the catalog shows and filters by, derived from the index.
+
+An environment's verdict, last known good run, mode, MCP tools, measured
+latency, tags and search vector follow from its head revision and its
+validation runs. They are recomputed here, and only here, whenever either
+changes (a head moves, a run finishes), under the environment's row lock, so
+that concurrent writers converge on what is committed.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from django.contrib.postgres.search import SearchVector
+from django.db import connection, transaction
+from django.db.models import Case, Value, When
+
+from registry import readme
+from registry.models import Environment, EnvironmentTag, Revision, RevisionReadme, ValidationRun
+from registry.selectors import display_tags
+
+logger = logging.getLogger(__name__)
+
+# How much README text the search index takes (PostgreSQL's tsvector holds at most 1 MiB).
+SEARCH_README_CHARS = 32_000
+
+
+def _check(report: dict | None, check_id: str) -> dict:
+    for result in (report or {}).get("results", []):
+        if result.get("check_id") == check_id:
+            return result
+    return {}
+
+
+def _measured(report: dict | None, check_id: str) -> dict:
+    measured = _check(report, check_id).get("measured")
+    return measured if isinstance(measured, dict) else {}
+
+
+def _finished(environment_id: int):
+    return ValidationRun.objects.filter(environment_id=environment_id, state=ValidationRun.State.FINISHED)
+
+
+def environment_catalog_refresh(*, environment_id: int) -> None:
+    """Recompute the catalog summary of one environment from its head and its finished runs."""
+    with transaction.atomic():
+        env = Environment.objects.select_for_update(of=("self",)).select_related("head").get(pk=environment_id)
+        head = env.head
+        runs = _finished(env.pk).defer("observed")
+        verdict = (runs.annotate(on_head=Case(When(revision_id=env.head_id, then=Value(0)), default=Value(1)))
+                   .order_by("on_head", "-finished_at", "-id").first())
+        good = runs.filter(outcome=ValidationRun.Outcome.PASS).order_by("-finished_at", "-id").first()
+        report = verdict.report if verdict else None
+        episode = _measured(good.report if good else None, "hub.ws_episode")
+        p50 = (episode.get("step_latency_s") or {}).get("p50") if isinstance(episode.get("step_latency_s"), dict) else None
+        mcp = _measured(report, "hub.mcp_endpoint").get("mcp")
+        tools = _measured(report, "hub.mcp_tools").get("tools")
+        mode = _measured(report, "hub.http_mode").get("mode")
+        Environment.objects.filter(pk=env.pk).update(
+            verdict_run=verdict, verdict_outcome=verdict.outcome if verdict else "",
+            validated_at=verdict.finished_at if verdict else None, good_run=good,
+            mode=mode if mode in ("simulation", "production") else "",
+            has_mcp=mcp if isinstance(mcp, bool) else None,
+            mcp_tools=[t for t in tools if isinstance(t, str)][:100] if isinstance(tools, list) else [],
+            step_p50_ms=round(p50 * 1000, 3) if isinstance(p50, (int, float)) else None,
+        )
+        tags = sorted(set(display_tags(head.tags if head else [])))[:100]
+        EnvironmentTag.objects.filter(environment_id=env.pk).exclude(tag__in=tags).delete()
+        EnvironmentTag.objects.bulk_create([EnvironmentTag(environment_id=env.pk, tag=t[:100]) for t in tags],
+                                           ignore_conflicts=True)
+        if connection.vendor == "postgresql":
+            _search_vector_refresh(env, head, tags, tools if isinstance(tools, list) else [])
+
+
+def _search_vector_refresh(env: Environment, head, tags: list[str], tools: list) -> None:
+    """Weights: A the names (owner, name, manifest name), B the description, tags and MCP tool names, C the README.
+
+    Names use the `simple` configuration (no stemming: `chess_env` stays chess, env); prose uses `english`.
+    """
+    names = " ".join([env.owner, env.name, env.name.replace("_", " ").replace("-", " "),
+                      head.manifest_name if head else ""])
+    described = " ".join([head.description if head else "", " ".join(tags), " ".join(str(t) for t in tools)])
+    text = (head.readme_body or "")[:SEARCH_README_CHARS] if head else ""
+    Environment.objects.filter(pk=env.pk).update(search_vector=(
+        SearchVector(Value(names), weight="A", config="simple")
+        + SearchVector(Value(described), weight="B", config="english")
+        + SearchVector(Value(text), weight="C", config="english")
+    ))
+
+
+def catalog_refresh_all(*, batch: int = 500) -> int:
+    """Recompute every environment's summary (after a deployment that changed how it is derived)."""
+    count = 0
+    for pk in Environment.objects.order_by("pk").values_list("pk", flat=True).iterator(chunk_size=batch):
+        environment_catalog_refresh(environment_id=pk)
+        count += 1
+    return count
+
+
+def revision_readme_html(*, revision_id: int) -> str:
+    """A revision's README as safe HTML: rendered and stored the first time it is asked for (and again only
+    after the renderer changes), so a page view never renders Markdown twice."""
+    stored = (RevisionReadme.objects.filter(revision_id=revision_id, renderer_version=readme.RENDERER_VERSION)
+              .values_list("html", flat=True).first())
+    if stored is not None:
+        return stored
+    revision = (Revision.objects.select_related("environment").only(
+        "sha", "readme_body", "environment__owner", "environment__name", "environment__source").get(pk=revision_id))
+    env = revision.environment
+    repo = (readme.RepoRef(owner=env.owner, name=env.name, sha=revision.sha, endpoint=settings.HF_ENDPOINT)
+            if env.source == Environment.Source.HUGGINGFACE else None)
+    html = readme.render_readme(revision.readme_body, repo=repo)
+    RevisionReadme.objects.update_or_create(revision_id=revision_id, defaults={
+        "renderer_version": readme.RENDERER_VERSION, "html": html})
+    return html
