@@ -96,7 +96,8 @@ def validate_run(self, run_id: int) -> str:
         validation.validation_run_cancel(run_id=run_id, reason=result.reason, attempt=attempt)
         return "cancelled"
     if not validation.validation_run_finish(run_id=run_id, outcome=result.outcome, report=result.report,
-                                            reason=result.reason, target_url=result.target_url, attempt=attempt):
+                                            reason=result.reason, target_url=result.target_url, attempt=attempt,
+                                            observed=result.observed):
         return "superseded"
     return result.outcome
 
