@@ -1,0 +1,135 @@
+"""The catalog in a real browser: find, narrow, open, copy, go back in time, trust nothing hostile, fit a phone,
+and pass axe-core's accessibility rules (no serious or critical violation)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SCREENSHOTS = ROOT / "var" / "screenshots"
+
+
+def test_search_narrow_and_open(open_page):
+    watched = open_page("/")
+    page = watched.page
+    box = page.locator("#home-q")
+    box.fill("echo")
+    box.press("Enter")
+    page.wait_for_url(re.compile(r"/environments/\?q=echo"))
+    assert "local/echo_env" in page.content()
+    # Two facets: passing, then a tag; the URL holds both.
+    page.goto("/environments/")
+    page.locator(".facets a", has_text="Passing").click()
+    page.locator(".facets details", has_text="Tag").locator("a", has_text="openenv").click()
+    page.wait_for_url(re.compile(r"verdict=pass.*tag=openenv|tag=openenv.*verdict=pass"))
+    cards = page.locator(".card h3 a:not(.verdict)").all_inner_texts()
+    assert cards and all(name.startswith("local/") for name in cards)
+    page.locator(".card h3 a", has_text="mcp_calculator").first.click()
+    page.wait_for_url("**/environments/local/mcp_calculator/")
+    assert page.get_by_role("heading", level=1).inner_text().startswith("local/mcp_calculator")
+    assert page.locator("h3 code", has_text="add").count() == 1  # its MCP tools
+    assert not watched.errors and not watched.dialogs
+
+
+def test_copy_the_pip_line(open_page):
+    watched = open_page("/environments/openenv/echo_env/", permissions=["clipboard-read", "clipboard-write"])
+    page = watched.page
+    pip = page.locator("#pull-pip").inner_text()
+    assert pip.startswith("pip install git+") and re.search(r"@[0-9a-f]{40}$", pip)
+    button = page.get_by_role("button", name="Copy client package, pinned")
+    button.click()
+    page.wait_for_function("document.querySelector('button[data-copy=\"pull-pip\"]').textContent === 'Copied'")
+    assert page.evaluate("navigator.clipboard.readText()") == pip
+    assert button.get_attribute("data-copied") == pip
+
+
+def test_an_older_revision_and_its_pull_block(open_page):
+    watched = open_page("/environments/local/flaky_echo/")
+    page = watched.page
+    banner = page.locator("#last-known-good")
+    assert "fails validation; an earlier one passed" in banner.inner_text()
+    good_sha = banner.locator("a code").inner_text()
+    head_note = page.locator("#pull-local_run").locator("xpath=..").locator("xpath=following-sibling::p").inner_text()
+    page.locator(".revisions a", has_text=good_sha[:7]).click()
+    page.wait_for_url(re.compile(r"\?revision="))
+    assert "You are looking at an older revision" in page.locator(".banner.older").inner_text()
+    older_note = page.locator("#pull-local_run").locator("xpath=..").locator("xpath=following-sibling::p").inner_text()
+    assert good_sha[:12] in older_note and older_note != head_note  # the pull block followed the revision
+    assert page.locator("#last-known-good").count() == 0
+
+
+@pytest.mark.parametrize("path", [
+    "/environments/evil/readme_script/", "/environments/evil/name_markup/",
+    "/environments/?q=%3Cscript%3Ewindow.__xss%3D1%3C%2Fscript%3E", "/environments/?owner=evil",
+    "/tags/%3Cimg%20src=x%20onerror=window.__xss=4%3E/", "report of evil/readme_script",
+])
+def test_hostile_content_renders_inert(open_page, path):
+    if path.startswith("report of "):
+        path = _run_id(open_page, f"/environments/{path.removeprefix('report of ')}/")
+    watched = open_page(path)
+    watched.page.wait_for_load_state("load")
+    watched.page.mouse.move(200, 300)  # hover handlers, had any survived
+    assert watched.xss() is None and watched.dialogs == []
+    assert watched.page.locator("main script, main iframe, main form[action^='https://evil'], main svg").count() == 0
+
+
+def test_the_hostile_readme_keeps_its_text_and_points_relative_links_at_the_hub(open_page):
+    page = open_page("/environments/evil/readme_script/").page
+    readme = page.locator(".readme-body")
+    assert "Totally normal" in readme.inner_text()
+    for href in readme.locator("a").evaluate_all("els => els.map(e => e.getAttribute('href'))"):
+        assert href is None or href.startswith(("https://", "#", "mailto:")), href
+    assert readme.locator("img[src^='data:'], img[onerror]").count() == 0
+
+
+@pytest.mark.parametrize("path", ["/", "/environments/", "/environments/openenv/chess_env/",
+                                  "/environments/local/flaky_echo/", "/environments/local/mcp_calculator/"])
+def test_phone_width_needs_no_horizontal_scrolling(open_page, path):
+    page = open_page(path, width=360, height=740).page
+    overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
+    assert overflow <= 0, f"{path} is {overflow}px wider than a 360px screen"
+
+
+def _run_id(open_page, path: str) -> str:
+    return open_page(path).page.locator(".runs a").first.get_attribute("href")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_no_serious_or_critical_accessibility_violation(open_page, scheme):
+    report = _run_id(open_page, "/environments/local/echo_env/")
+    pages = ["/", "/environments/", "/environments/?verdict=pass&tag=openenv", "/environments/local/echo_env/",
+             "/environments/local/flaky_echo/", report, "/owners/local/", "/tags/openenv/", "/no/such/page/"]
+    axe = Axe()
+    found = {}
+    for path in pages:
+        page = open_page(path, scheme=scheme, bypass_csp=True).page
+        violations = axe.run(page).response["violations"]
+        serious = [f"{v['id']} ({v['impact']}): {v['help']} at {v['nodes'][0]['target']}" for v in violations
+                   if v["impact"] in ("serious", "critical")]
+        if serious:
+            found[path] = serious
+    assert found == {}
+
+
+def test_screenshots_of_the_main_pages(open_page):
+    """Written under var/screenshots/ for people to look at (`make screenshots`); this only checks they exist."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    report = _run_id(open_page, "/environments/local/mcp_calculator/")
+    shots = {"home": "/", "browse": "/environments/?verdict=pass", "environment": "/environments/local/mcp_calculator/",
+             "last-known-good": "/environments/local/flaky_echo/", "hub-space": "/environments/openenv/chess_env/",
+             "report": report, "hostile": "/environments/evil/readme_script/", "not-found": "/environments/x/y/"}
+    written = []
+    for name, path in shots.items():
+        for label, width in (("desktop", 1280), ("phone", 390)):
+            for scheme in ("light", "dark"):
+                page = open_page(path, width=width, scheme=scheme).page
+                target = SCREENSHOTS / f"{name}-{label}-{scheme}.png"
+                page.screenshot(path=str(target), full_page=True)
+                written.append(target)
+    assert all(p.stat().st_size > 10_000 for p in written)
