@@ -76,8 +76,7 @@ class Environment(models.Model):
     has_mcp = models.BooleanField(null=True, blank=True, help_text="Whether /mcp lists tools (verdict run).")
     mcp_tools = models.JSONField(default=list, blank=True, help_text="MCP tool names (verdict run).")
     step_p50_ms = models.FloatField(null=True, blank=True, help_text="Median /ws step latency of the good run.")
-    search_vector = SearchVectorField(null=True, blank=True, editable=False,
-                                      help_text="PostgreSQL full-text search: name > description, tags > README.")
+    openenv_requirement = models.CharField(max_length=200, blank=True, help_text="The head's, for the facet.")
 
     class Meta:
         ordering = ["key"]
@@ -89,10 +88,11 @@ class Environment(models.Model):
             ),
             models.UniqueConstraint(Lower("owner"), Lower("name"), name="environment_owner_name_ci_unique"),
         ]
+        # One per catalog sort, in exactly its order (ties broken by key), so a page is an index range. The sorts
+        # with NULLS LAST have PostgreSQL-only indexes (migration 0008): SQLite cannot index that order.
         indexes = [
-            models.Index(fields=["status", "-updated_at"], name="environment_status_updated"),
-            models.Index(fields=["status", "-likes"], name="environment_status_likes"),
-            models.Index(fields=["status", "-validated_at"], name="environment_status_validated"),
+            models.Index(fields=["status", "-updated_at", "key"], name="environment_status_updated"),
+            models.Index(fields=["status", "-likes", "key"], name="environment_status_likes"),
             models.Index(fields=["status", "owner"], name="environment_status_owner"),
         ]
 
@@ -106,6 +106,20 @@ class Environment(models.Model):
     def save(self, *args, **kwargs):
         self.key = environment_key(self.owner, self.name)
         super().save(*args, **kwargs)
+
+
+class EnvironmentSearch(models.Model):
+    """An environment's full-text search vector (PostgreSQL), apart from the environment row so that scans of the
+    catalog (facets, sorts) read narrow rows. Weights: names A, description, tags and MCP tools B, README C.
+
+    Invariant: rewritten with the catalog summary; absent on SQLite, which searches with contains.
+    """
+
+    environment = models.OneToOneField(Environment, on_delete=models.CASCADE, primary_key=True, related_name="search")
+    vector = SearchVectorField(null=True)
+
+    def __str__(self) -> str:
+        return f"search vector of {self.environment_id}"
 
 
 class EnvironmentTag(models.Model):

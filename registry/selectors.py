@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from django.contrib.postgres.search import SearchQuery, SearchRank, TrigramWordSimilarity
+from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import (
     Case,
@@ -94,7 +95,7 @@ SORTS = {
     "relevance": "Relevance", "updated": "Recently updated", "likes": "Most liked",
     "latency": "Fastest step (p50)", "validated": "Recently validated", "name": "Name",
 }
-FACETS = ("verdict", "tag", "owner", "mode", "mcp", "stage", "openenv")
+FACETS = ("verdict", "tag", "owner", "mode", "mcp", "stage", "openenv")  # in the order the page shows them
 FACET_LIMIT = 12
 MAX_QUERY_CHARS = 200
 _TAG = re.compile(r"[^\x00-\x1f]{1,100}")
@@ -214,7 +215,7 @@ def _facet_filters(query: CatalogQuery, skip: str | None = None) -> Q:
     if query.stage and skip != "stage":
         where &= Q(runtime_stage__in=query.stage)
     if query.openenv and skip != "openenv":
-        where &= Q(head__openenv_requirement__in=[v if v != "none" else "" for v in query.openenv])
+        where &= Q(openenv_requirement__in=[v if v != "none" else "" for v in query.openenv])
     return where
 
 
@@ -238,7 +239,7 @@ def _searched(qs: QuerySet[Environment], q: str) -> QuerySet[Environment]:
         return qs.annotate(rank=Value(0.0))
     if _postgres():
         search = _search_query(q)
-        matched = qs.filter(search_vector=search).annotate(rank=SearchRank(F("search_vector"), search))
+        matched = qs.filter(search__vector=search).annotate(rank=SearchRank(F("search__vector"), search))
         if matched.exists():
             return matched
         similarity = Greatest(TrigramWordSimilarity(q, "key"), TrigramWordSimilarity(q, "head__manifest_name"))
@@ -257,6 +258,26 @@ _ORDER = {
     "validated": (F("validated_at").desc(nulls_last=True), "key"),
     "name": ("key",),
 }
+
+
+def catalog_matches(query: CatalogQuery) -> QuerySet[Environment]:
+    """The ids of the environments in one catalog state, in its order: cheap to count and to slice."""
+    qs = _searched(_base(query), query.q).filter(_facet_filters(query)).order_by(*_ORDER[query.effective_sort])
+    return qs.values_list("pk", flat=True)
+
+
+def environment_cards(ids: list[int]) -> list[Environment]:
+    """The environments with these ids, in this order, with what a card shows loaded (three queries)."""
+    found = _cards(Environment.objects.filter(pk__in=ids)).prefetch_related(_open_problems()).in_bulk()
+    return [found[pk] for pk in ids if pk in found]
+
+
+def catalog_page(query: CatalogQuery, number, *, per_page: int) -> Page:
+    """One page of a catalog state: the matches are counted and sliced on the environment table alone, then only
+    that page's environments are loaded whole, so a page costs the same at ten or a hundred thousand."""
+    page = Paginator(catalog_matches(query), per_page).get_page(number)
+    page.object_list = environment_cards(list(page.object_list))
+    return page
 
 
 def catalog_environments(query: CatalogQuery) -> QuerySet[Environment]:
@@ -280,42 +301,84 @@ class Facet:
     values: list[FacetValue] = field(default_factory=list)
 
 
+# The value each facet groups by (the tag facet is the EnvironmentTag rows, counted apart).
+_FACET_VALUES = {
+    "verdict": F("verdict_facet"), "owner": F("owner"), "mode": F("mode"),
+    "mcp": Case(When(has_mcp=True, then=Value("yes")), default=Value("no")),
+    "stage": F("runtime_stage"), "openenv": F("openenv_requirement"),
+}
+_FACET_VALUE_LABELS = {
+    "verdict": VERDICTS, "mode": {**MODES, "none": "not known yet"},
+    "mcp": {"yes": "Has MCP tools", "no": "No MCP tools"}, "stage": {"none": "no Space (local)"},
+    "openenv": {"none": "not declared"},
+}
+
+
+def _facet_counts_postgres(query: CatalogQuery, searched: QuerySet) -> dict[str, list[tuple[str | None, int]]]:
+    """Every facet's top values and counts in one round trip: facets whose own filter is not active share one
+    filtered set, counted with GROUPING SETS; each facet with an active filter gets the set without it."""
+    groups: dict[str | None, list[str]] = {}
+    for name in FACETS:
+        groups.setdefault(name if getattr(query, name) else None, []).append(name)
+    parts, params = [], []
+    for skip, names in groups.items():
+        scalar = [n for n in names if n != "tag"]
+        matching = searched.filter(_facet_filters(query, skip=skip)).order_by()
+        sql, sql_params = matching.values(pk_=F("pk"), **{f"f_{n}": _FACET_VALUES[n] for n in scalar}).query.sql_with_params()
+        if scalar:
+            which = " ".join(f"WHEN GROUPING(f_{n}) = 0 THEN '{n}'" for n in scalar)
+            value = " ".join(f"WHEN GROUPING(f_{n}) = 0 THEN f_{n}::text" for n in scalar)
+            sets = ", ".join(f"(f_{n})" for n in scalar)
+            parts.append(f"SELECT CASE {which} END AS facet, CASE {value} END AS value, COUNT(*) AS n "
+                         f"FROM ({sql}) m GROUP BY GROUPING SETS ({sets})")
+            params += sql_params
+        if "tag" in names:
+            parts.append(f"SELECT 'tag' AS facet, t.tag AS value, COUNT(*) AS n FROM registry_environmenttag t "
+                         f"WHERE t.environment_id IN (SELECT pk_ FROM ({sql}) m) GROUP BY t.tag")
+            params += sql_params
+    statement = (f"SELECT facet, value, n FROM (SELECT facet, value, n, row_number() OVER (PARTITION BY facet "
+                 f"ORDER BY n DESC, value) AS place FROM ({' UNION ALL '.join(parts)}) u) ranked "
+                 f"WHERE place <= %s ORDER BY facet, place")
+    counts: dict[str, list[tuple[str | None, int]]] = {name: [] for name in FACETS}
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*params, FACET_LIMIT])
+        for facet, value, n in cursor.fetchall():
+            counts[facet].append((value, n))
+    return counts
+
+
+def _facet_counts_each(query: CatalogQuery, searched: QuerySet) -> dict[str, list[tuple[str | None, int]]]:
+    """The same counts one query per facet (SQLite has no GROUPING SETS; it serves small catalogs)."""
+    counts = {}
+    for name in FACETS:
+        matching = searched.filter(_facet_filters(query, skip=name)).order_by()
+        if name == "tag":
+            rows = (EnvironmentTag.objects.filter(environment__in=matching.values("pk")).values(value=F("tag"))
+                    .annotate(n=Count("environment_id")))
+        else:
+            rows = matching.values(value=_FACET_VALUES[name]).annotate(n=Count("pk"))
+        counts[name] = [(r["value"], r["n"]) for r in rows.order_by("-n", "value")[:FACET_LIMIT]]
+    return counts
+
+
 def catalog_facets(query: CatalogQuery) -> list[Facet]:
     """Every facet with its values and counts; each facet's counts apply all the other active filters, so
     picking a value never shows a count that would then be wrong. Selected values always appear."""
     searched = _searched(_base(query), query.q)
+    counts = (_facet_counts_postgres if _postgres() else _facet_counts_each)(query, searched)
     facets = []
-
-    def counted(name: str, column, labels: Mapping[str, str] | None = None, *, grouped=None) -> Facet:
-        if grouped is None:
-            grouped = (searched.filter(_facet_filters(query, skip=name)).values(value=column)
-                       .annotate(n=Count("pk")).order_by("-n", "value"))
-        rows = grouped[:FACET_LIMIT]
+    for name in FACETS:
+        labels = _FACET_VALUE_LABELS.get(name, {})
         facet = Facet(name, FACET_LABELS[name])
         selected = set(getattr(query, name))
-        seen = set()
-        for row in rows:
-            value = row["value"] if row["value"] not in (None, "") else "none"
-            value = value if isinstance(value, str) else ("yes" if value else "no")
-            seen.add(value)
-            facet.values.append(FacetValue(value, (labels or {}).get(value, value), row["n"], value in selected))
-        for value in selected - seen:  # a selected value with no match still shows, to be unselected
-            facet.values.append(FacetValue(value, (labels or {}).get(value, value), 0, True))
-        return facet
-
-    facets.append(counted("verdict", F("verdict_facet"), VERDICTS))
-    tagged = EnvironmentTag.objects.filter(
-        environment__in=searched.filter(_facet_filters(query, skip="tag")).values("pk"))
-    facets.append(counted("tag", None, grouped=tagged.values(value=F("tag")).annotate(n=Count("environment_id"))
-                          .order_by("-n", "value")))
-    facets.append(counted("owner", F("owner")))
-    facets.append(counted("mode", F("mode"), {**MODES, "none": "not known yet"}))
-    mcp_labels = {"yes": "Has MCP tools", "no": "No MCP tools"}
-    facets.append(counted("mcp", Case(When(has_mcp=True, then=Value("yes")), default=Value("no")), mcp_labels))
-    facets.append(counted("stage", F("runtime_stage"), {"none": "no Space (local)"}))
-    facets.append(counted("openenv", F("head__openenv_requirement"), {"none": "not declared"}))
-    for facet in facets:
+        for raw, n in counts[name]:
+            value = "none" if raw in (None, "") else raw if isinstance(raw, str) else ("yes" if raw else "no")
+            facet.values.append(FacetValue(value, labels.get(value, value), n, value in selected))
+        seen = {v.value for v in facet.values}
+        for value in sorted(selected - seen):  # a selected value with no match still shows, to be unselected
+            facet.values.append(FacetValue(value, labels.get(value, value), 0, True))
         facet.values = [v for v in facet.values if v.count or v.selected]
+        facets.append(facet)
     return facets
 
 

@@ -53,7 +53,7 @@ def browse(request: HttpRequest, owner: str | None = None, tag: str | None = Non
         query = query.with_value("owner", owner)
     if tag is not None:
         query = query.with_value("tag", tag)
-    page = Paginator(selectors.catalog_environments(query), PAGE_SIZE).get_page(request.GET.get("page"))
+    page = selectors.catalog_page(query, request.GET.get("page"), per_page=PAGE_SIZE)
     if request.GET.get("page") and str(page.number) != request.GET.get("page"):
         notes.append(f"There is no page {request.GET['page'][:20]!r}; this is page {page.number}.")
     facets = selectors.catalog_facets(query)

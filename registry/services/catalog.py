@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.db.models import Case, Value, When
 
 from registry import readme
-from registry.models import Environment, EnvironmentTag, Revision, RevisionReadme, ValidationRun
+from registry.models import Environment, EnvironmentSearch, EnvironmentTag, Revision, RevisionReadme, ValidationRun
 from registry.selectors import display_tags
 
 logger = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ def environment_catalog_refresh(*, environment_id: int) -> None:
             has_mcp=mcp if isinstance(mcp, bool) else None,
             mcp_tools=[t for t in tools if isinstance(t, str)][:100] if isinstance(tools, list) else [],
             step_p50_ms=round(p50 * 1000, 3) if isinstance(p50, (int, float)) else None,
+            openenv_requirement=head.openenv_requirement if head else "",
         )
         tags = sorted(set(display_tags(head.tags if head else [])))[:100]
         EnvironmentTag.objects.filter(environment_id=env.pk).exclude(tag__in=tags).delete()
@@ -81,8 +82,9 @@ def _search_vector_refresh(env: Environment, head, tags: list[str], tools: list)
     names = " ".join([env.owner, env.name, env.name.replace("_", " ").replace("-", " "),
                       head.manifest_name if head else ""])
     described = " ".join([head.description if head else "", " ".join(tags), " ".join(str(t) for t in tools)])
-    text = (head.readme_body or "")[:SEARCH_README_CHARS] if head else ""
-    Environment.objects.filter(pk=env.pk).update(search_vector=(
+    text = readme.readme_text(head.readme_body, limit=SEARCH_README_CHARS) if head else ""
+    EnvironmentSearch.objects.update_or_create(environment_id=env.pk, defaults={"vector": None})
+    EnvironmentSearch.objects.filter(environment_id=env.pk).update(vector=(
         SearchVector(Value(names), weight="A", config="simple")
         + SearchVector(Value(described), weight="B", config="english")
         + SearchVector(Value(text), weight="C", config="english")
