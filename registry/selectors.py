@@ -7,11 +7,14 @@ badge that describe the same environments can never disagree.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from django.contrib.postgres.search import SearchQuery, SearchRank, TrigramWordSimilarity
+from django.core.cache import cache
 from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import (
@@ -361,11 +364,32 @@ def _facet_counts_each(query: CatalogQuery, searched: QuerySet) -> dict[str, lis
     return counts
 
 
+FACET_CACHE_S = 60
+CATALOG_VERSION_KEY = "catalog-version"
+
+
+def catalog_version() -> int:
+    """A number that changes whenever what the catalog shows changes (services.catalog bumps it)."""
+    return cache.get(CATALOG_VERSION_KEY) or 0
+
+
+def _facet_counts_cached(query: CatalogQuery) -> dict[str, list[tuple[str | None, int]]]:
+    """Facet counts are the dearest part of a catalog page: computed once per catalog state and catalog version,
+    kept FACET_CACHE_S at most (a cache that is not shared between processes is stale at most that long)."""
+    state = json.dumps([query.as_params(), query.status, query.source, connection.vendor])
+    key = f"catalog-facets:{catalog_version()}:{hashlib.sha256(state.encode()).hexdigest()}"
+    counts = cache.get(key)
+    if counts is None:
+        searched = _searched(_base(query), query.q)
+        counts = (_facet_counts_postgres if _postgres() else _facet_counts_each)(query, searched)
+        cache.set(key, counts, FACET_CACHE_S)
+    return counts
+
+
 def catalog_facets(query: CatalogQuery) -> list[Facet]:
     """Every facet with its values and counts; each facet's counts apply all the other active filters, so
     picking a value never shows a count that would then be wrong. Selected values always appear."""
-    searched = _searched(_base(query), query.q)
-    counts = (_facet_counts_postgres if _postgres() else _facet_counts_each)(query, searched)
+    counts = _facet_counts_cached(query)
     facets = []
     for name in FACETS:
         labels = _FACET_VALUE_LABELS.get(name, {})
@@ -417,7 +441,9 @@ def catalog_home(*, per_list: int = 6) -> CatalogHome:
     return CatalogHome(
         **counts,
         recently_updated=list(cards.order_by("-updated_at", "key")[:per_list]),
-        recently_validated=list(cards.filter(validated_at__isnull=False).order_by("-validated_at", "key")[:per_list]),
+        # The same order as the validated sort's index (DESC NULLS LAST), so the newest are read first.
+        recently_validated=list(cards.filter(validated_at__isnull=False)
+                                .order_by(F("validated_at").desc(nulls_last=True), "key")[:per_list]),
         most_liked=list(cards.filter(likes__gt=0).order_by("-likes", "key")[:per_list]),
     )
 

@@ -23,6 +23,15 @@ def _collected_static(django_db_blocker):
     call_command("collectstatic", interactive=False, verbosity=0)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_cache():
+    """Each test starts with an empty cache (identity answers, cached facet counts, rate limits)."""
+    from django.core.cache import cache
+
+    cache.clear()
+    yield
+
+
 @pytest.fixture
 def hub_stub(settings, tmp_path):
     """A running Hub stand-in that the indexer talks to through the real huggingface_hub client."""

@@ -12,13 +12,14 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
+from django.core.cache import cache
 from django.contrib.postgres.search import SearchVector
 from django.db import connection, transaction
 from django.db.models import Case, Value, When
 
 from registry import readme
 from registry.models import Environment, EnvironmentSearch, EnvironmentTag, Revision, RevisionReadme, ValidationRun
-from registry.selectors import display_tags
+from registry.selectors import CATALOG_VERSION_KEY, display_tags
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +73,19 @@ def environment_catalog_refresh(*, environment_id: int) -> None:
                                            ignore_conflicts=True)
         if connection.vendor == "postgresql":
             _search_vector_refresh(env, head, tags, tools if isinstance(tools, list) else [])
+    catalog_changed()
+
+
+def catalog_changed() -> None:
+    """Something the catalog shows changed: once committed, counts cached for the old catalog are not used again
+    (bumped after commit, so that nobody caches the old data under the new version)."""
+    def bump() -> None:
+        try:
+            cache.incr(CATALOG_VERSION_KEY)
+        except ValueError:  # no version yet (or it was evicted)
+            cache.add(CATALOG_VERSION_KEY, 1, timeout=None)
+
+    transaction.on_commit(bump, robust=True)
 
 
 def _search_vector_refresh(env: Environment, head, tags: list[str], tools: list) -> None:

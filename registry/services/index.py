@@ -26,7 +26,7 @@ from django.utils import timezone
 from registry import manifest as mf
 from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
 from registry.models import ID_PART, Environment, IndexProblem, Revision, SyncRun, environment_key
-from registry.services.catalog import environment_catalog_refresh
+from registry.services.catalog import catalog_changed, environment_catalog_refresh
 from registry.services.heartbeat import Heartbeat
 from registry.services.validation import validation_run_request
 
@@ -315,6 +315,8 @@ def _live_facts_refresh(items: list[tuple[Environment, SpaceFacts]]) -> None:
             head_news = ({"head_observed_at": Greatest(Coalesce("head_observed_at", Value(observed)), Value(observed))}
                          if observed else {})
             Environment.objects.filter(pk__in=ids).update(last_seen_at=now, **head_news)
+        if changed:
+            catalog_changed()  # likes and runtime stages are sorted and counted by the catalog
             # The Hub answered for these Spaces: earlier failures to reach it no longer describe them.
             IndexProblem.objects.filter(environment_id__in=ids, transient=True, resolved_at__isnull=True).update(
                 resolved_at=now)

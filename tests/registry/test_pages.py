@@ -383,3 +383,16 @@ def test_index_space_indexes_a_local_folder(catalog, capsys):
     assert Environment.objects.get(name="maze_env").head.description == "A bigger maze."
     with pytest.raises(SystemExit):
         call_command("index_space", "local/no_such_env")
+
+
+def test_cached_facet_counts_follow_every_change(client, catalog, django_capture_on_commit_callbacks):
+    def passing() -> int:
+        page = client.get("/environments/").content.decode()
+        verdicts = page.split("<summary>Verdict</summary>")[1].split("</details>")[0]
+        return int(re.search(r"<span>Passing</span><span class=\"n\">(\d+)</span>", verdicts).group(1))
+
+    assert passing() == 2
+    assert passing() == 2  # the second view is served from the cache
+    with django_capture_on_commit_callbacks(execute=True):
+        finish(Environment.objects.get(name="quiet_env"), "pass")
+    assert passing() == 3  # a verdict changed: the catalog's version moved on, so did the counts
