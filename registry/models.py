@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
+from django.utils import timezone
 from django.db.models import Q
 from django.db.models.functions import Lower
 
@@ -61,6 +62,9 @@ class Environment(models.Model):
     local_path = models.CharField(max_length=1024, blank=True, help_text="For local sources: the package folder.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(help_text="When the head revision or the status last changed.")
+    changed_at = models.DateTimeField(
+        default=timezone.now,
+        help_text="When anything a mirror copies last changed (head, status, verdict): the API's change feed.")
 
     # What the catalog shows and filters by, derived from the head and the verdicts by
     # services.catalog.environment_catalog_refresh whenever either changes; never edited by hand.
@@ -94,6 +98,7 @@ class Environment(models.Model):
             models.Index(fields=["status", "-updated_at", "key"], name="environment_status_updated"),
             models.Index(fields=["status", "-likes", "key"], name="environment_status_likes"),
             models.Index(fields=["status", "owner"], name="environment_status_owner"),
+            models.Index(fields=["changed_at", "id"], name="environment_changed"),
         ]
 
     def __str__(self) -> str:

@@ -30,6 +30,7 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Greatest
 
 from registry.models import (
@@ -477,7 +478,8 @@ def revision_list(*, environment: Environment) -> QuerySet[Revision]:
     latest = (ValidationRun.objects.filter(revision=OuterRef("pk"), state=ValidationRun.State.FINISHED)
               .order_by("-finished_at", "-id"))
     return (Revision.objects.filter(environment=environment).only(*REVISION_SUMMARY_FIELDS)
-            .annotate(latest_outcome=Subquery(latest.values("outcome")[:1]))
+            .annotate(latest_outcome=Subquery(latest.values("outcome")[:1]),
+                      manifest_version=KeyTextTransform("version", "manifest"))
             .order_by("-indexed_at", "-id"))
 
 

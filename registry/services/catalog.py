@@ -16,6 +16,7 @@ from django.core.cache import cache
 from django.contrib.postgres.search import SearchVector
 from django.db import connection, transaction
 from django.db.models import Case, Value, When
+from django.utils import timezone
 
 from registry import readme
 from registry.models import Environment, EnvironmentSearch, EnvironmentTag, Revision, RevisionReadme, ValidationRun
@@ -66,6 +67,7 @@ def environment_catalog_refresh(*, environment_id: int) -> None:
             mcp_tools=[t for t in tools if isinstance(t, str)][:100] if isinstance(tools, list) else [],
             step_p50_ms=round(p50 * 1000, 3) if isinstance(p50, (int, float)) else None,
             openenv_requirement=head.openenv_requirement if head else "",
+            changed_at=timezone.now(),
         )
         tags = sorted(set(display_tags(head.tags if head else [])))[:100]
         EnvironmentTag.objects.filter(environment_id=env.pk).exclude(tag__in=tags).delete()

@@ -109,7 +109,9 @@ def environment_get_or_create(*, source: str, owner: str, name: str) -> tuple[En
         return env, False
     try:
         with transaction.atomic():
-            return Environment.objects.create(source=source, owner=owner, name=name, updated_at=timezone.now()), True
+            now = timezone.now()
+            return Environment.objects.create(source=source, owner=owner, name=name, updated_at=now,
+                                              changed_at=now), True
     except IntegrityError:
         return Environment.objects.get(key=key), False
 
@@ -119,6 +121,7 @@ def environment_withdraw(*, environment: Environment, reason: str) -> bool:
     now = timezone.now()
     changed = Environment.objects.filter(pk=environment.pk, status=Environment.Status.ACTIVE).update(
         status=Environment.Status.WITHDRAWN, status_reason=reason, status_changed_at=now, updated_at=now,
+        changed_at=now,
     )
     if changed:
         environment.refresh_from_db()
@@ -176,7 +179,7 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
             if head_moved or env.status != Environment.Status.ACTIVE:
                 env.head = revision
                 _environment_reactivate(env)
-                env.updated_at = timezone.now()
+                env.updated_at = env.changed_at = timezone.now()
             # Local folders have no Hub: reading the folder now is the news.
             env.head_observed_at = max(filter(None, (env.head_observed_at, observed or timezone.now())))
             if space:

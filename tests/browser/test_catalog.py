@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 
+from tests.support.hostile_spaces import HOSTILE
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,6 +79,13 @@ def test_hostile_content_renders_inert(open_page, path):
     watched.page.mouse.move(200, 300)  # hover handlers, had any survived
     assert watched.xss() is None and watched.dialogs == []
     assert watched.page.locator("main script, main iframe, main form[action^='https://evil'], main svg").count() == 0
+
+
+@pytest.mark.parametrize("repo_id", sorted(HOSTILE))
+def test_every_hostile_space_of_the_stand_in_has_a_harmless_page(open_page, repo_id):
+    watched = open_page(f"/environments/{repo_id}/")
+    assert watched.page.locator("h1").count() == 1
+    assert watched.xss() is None and watched.dialogs == [] and watched.errors == []
 
 
 def test_the_hostile_readme_keeps_its_text_and_points_relative_links_at_the_hub(open_page):
