@@ -136,14 +136,18 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django.contrib.postgres",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "registry",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "registry.middleware.ReadOnlyCorsMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    "django.middleware.http.ConditionalGetMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -254,8 +258,30 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
+    "DEFAULT_THROTTLE_CLASSES": ["registry.api.throttling.ClientRateThrottle"],
     "EXCEPTION_HANDLER": "registry.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+}
+# Requests per client and minute (anonymous clients by address, accounts by name), counted in the cache.
+HUB_API_RATE_ANONYMOUS = env_int("HUB_API_RATE_ANONYMOUS", 300)
+HUB_API_RATE_ACCOUNT = env_int("HUB_API_RATE_ACCOUNT", 1200)
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "OpenEnv Hub API",
+    "DESCRIPTION": ("Discovery of OpenEnv environments: the catalog's search, facets and sorts, a change feed with "
+                    "tombstones, revisions pinned to commits, validation reports in OpenEnv's report schema, and "
+                    "pull forms. Every error is {\"error\": {\"code\", \"message\", \"detail\"?}}."),
+    "VERSION": "1",
+    "OAS_VERSION": "3.1.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {"ValidationOutcome": "registry.models.ValidationRun.Outcome",
+                            "ValidationRunner": "registry.models.ValidationRun.Runner"},
 }
 
 # --- Celery -----------------------------------------------------------------

@@ -264,10 +264,26 @@ _ORDER = {
 }
 
 
+def catalog_filtered(query: CatalogQuery) -> QuerySet[Environment]:
+    """The environments in one catalog state, unordered, annotated with `rank` (the API orders and pages them)."""
+    return _searched(_base(query), query.q).filter(_facet_filters(query))
+
+
 def catalog_matches(query: CatalogQuery) -> QuerySet[Environment]:
     """The ids of the environments in one catalog state, in its order: cheap to count and to slice."""
-    qs = _searched(_base(query), query.q).filter(_facet_filters(query)).order_by(*_ORDER[query.effective_sort])
-    return qs.values_list("pk", flat=True)
+    return catalog_filtered(query).order_by(*_ORDER[query.effective_sort]).values_list("pk", flat=True)
+
+
+def tag_counts() -> QuerySet:
+    """Tags of active environments with how many carry each, most used first: rows of {tag, count}."""
+    return (EnvironmentTag.objects.filter(environment__status=Environment.Status.ACTIVE).values("tag")
+            .annotate(count=Count("environment_id")).order_by("-count", "tag"))
+
+
+def owner_counts() -> QuerySet:
+    """Owners of active environments with how many each has, most first: rows of {owner, count}."""
+    return (Environment.objects.filter(status=Environment.Status.ACTIVE).values("owner")
+            .annotate(count=Count("pk")).order_by("-count", "owner"))
 
 
 def environment_cards(ids: list[int]) -> list[Environment]:
@@ -522,6 +538,11 @@ def revision_run_latest(*, revision: Revision) -> ValidationRun | None:
     """The latest finished run of one revision, with its report and what the server showed."""
     return (ValidationRun.objects.filter(revision=revision, state=ValidationRun.State.FINISHED)
             .select_related("revision").defer(*_heavy("revision")).order_by("-finished_at", "-id").first())
+
+
+def validation_run_observed(*, run_id: int) -> dict | None:
+    """What the server showed in one run (schemas, MCP tools, the episode transcript), or None."""
+    return ValidationRun.objects.filter(pk=run_id).values_list("observed", flat=True).first()
 
 
 def validation_run_live(*, environment: Environment) -> ValidationRun | None:

@@ -1,5 +1,6 @@
 """`Authorization: Bearer <Hugging Face token>`: the API's way for Hub accounts to act on what they own."""
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import APIException, AuthenticationFailed, Throttled
@@ -31,8 +32,12 @@ class HubTokenAuthentication(BaseAuthentication):
         if request.method in SAFE_METHODS:
             return None
         parts = get_authorization_header(request).split()
-        if not parts or parts[0].lower() != self.keyword:
+        if not parts:
             return None
+        if parts[0].lower() != self.keyword:
+            scheme = parts[0].decode("ascii", "replace")[:20]
+            raise AuthenticationFailed(f"This API takes 'Authorization: Bearer <Hugging Face token>'; "
+                                       f"{scheme!r} is not a scheme it accepts.")
         if len(parts) != 2:
             raise AuthenticationFailed("Send exactly one token: 'Authorization: Bearer <Hugging Face token>'.")
         try:
@@ -52,3 +57,21 @@ class HubTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request):
         return 'Bearer realm="openenv-hub"'
+
+
+def has_token(request, *, scheme: str = "bearer") -> bool:
+    """Whether the request carries an Authorization header of `scheme` (without looking the token up)."""
+    parts = get_authorization_header(request).split()
+    return bool(parts) and parts[0].lower() == scheme.encode()
+
+
+class HubTokenScheme(OpenApiAuthenticationExtension):
+    """How the OpenAPI schema describes HubTokenAuthentication: a bearer token, the Hugging Face one."""
+
+    target_class = "registry.api.authentication.HubTokenAuthentication"
+    name = "HuggingFaceToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": (
+            "A Hugging Face token, confirmed by the Hub's whoami and never stored; needed only to request a "
+            "validation (staff, or the Space's owner).")}

@@ -1,10 +1,23 @@
-"""API representations of the index."""
+"""API representations of the index. The pull forms, the schemas summary and the tags come from the same
+functions the pages use (registry.pulls, registry.presenters, registry.selectors), so the two never disagree."""
 
+from __future__ import annotations
+
+from django.conf import settings
 from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
+from registry import presenters
 from registry.models import Environment, IndexProblem, Revision, ValidationRun
+from registry.pulls import PullTarget, pull_forms
 from registry.selectors import environment_tags
+
+
+def _absolute(context: dict, path: str) -> str:
+    request = context.get("request")
+    return request.build_absolute_uri(path) if request else path
 
 
 class IndexProblemSerializer(serializers.ModelSerializer):
@@ -14,6 +27,8 @@ class IndexProblemSerializer(serializers.ModelSerializer):
 
 
 class RevisionSerializer(serializers.ModelSerializer):
+    """One revision: what was read at one commit sha (or, for local folders, one content digest)."""
+
     class Meta:
         model = Revision
         fields = [
@@ -22,8 +37,27 @@ class RevisionSerializer(serializers.ModelSerializer):
         ]
 
 
+class RevisionDetailSerializer(RevisionSerializer):
+    """One revision with its manifest and the outcome of its latest finished validation."""
+
+    manifest = serializers.JSONField(allow_null=True)
+    latest_outcome = serializers.CharField(allow_null=True, default=None)
+
+    class Meta(RevisionSerializer.Meta):
+        fields = RevisionSerializer.Meta.fields + ["manifest", "latest_outcome"]
+
+
+VERDICT_SCHEMA = inline_serializer("Verdict", {
+    "outcome": serializers.ChoiceField(choices=ValidationRun.Outcome.values),
+    "run_id": serializers.IntegerField(),
+    "revision": serializers.CharField(),
+    "finished_at": serializers.DateTimeField(),
+    "failing_checks": serializers.ListField(child=serializers.CharField()),
+}, allow_null=True)
+
+
 def verdict_data(run: ValidationRun | None) -> dict | None:
-    """The verdict summary: {"outcome", "run_id", "revision", "finished_at", "failing_checks"}, or None before any run."""
+    """{"outcome", "run_id", "revision", "finished_at", "failing_checks"}, or None before any run."""
     if run is None:
         return None
     return {
@@ -47,6 +81,10 @@ class ValidationRunSerializer(serializers.ModelSerializer):
 
 
 class ValidationRunDetailSerializer(ValidationRunSerializer):
+    """A run with its full report, in OpenEnv's report schema (report-v2)."""
+
+    report = serializers.JSONField(allow_null=True)
+
     class Meta(ValidationRunSerializer.Meta):
         fields = ValidationRunSerializer.Meta.fields + ["report"]
 
@@ -57,55 +95,133 @@ class ValidationRequestSerializer(serializers.Serializer):
 
 
 class EnvironmentSerializer(serializers.ModelSerializer):
+    """An environment as lists show it (a withdrawn one, in the change feed, is its tombstone)."""
+
     id = serializers.CharField(source="repo_id")
-    head_sha = serializers.CharField(source="head.sha", default=None)
+    head_sha = serializers.CharField(source="head.sha", default=None, allow_null=True)
     manifest_name = serializers.CharField(source="head.manifest_name", default="")
     description = serializers.CharField(source="head.description", default="")
     tags = serializers.SerializerMethodField()
     index_errors = serializers.SerializerMethodField()
     verdict = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
+    page_url = serializers.SerializerMethodField()
 
     class Meta:
         model = Environment
         fields = [
-            "id", "owner", "name", "source", "status", "status_reason", "head_sha", "manifest_name", "description",
-            "tags", "likes", "runtime_stage", "updated_at", "index_errors", "verdict", "url",
+            "id", "owner", "name", "source", "status", "status_reason", "status_changed_at", "head_sha",
+            "manifest_name", "description", "tags", "likes", "runtime_stage", "mode", "has_mcp", "step_p50_ms",
+            "updated_at", "changed_at", "index_errors", "verdict", "url", "page_url",
         ]
 
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_tags(self, env: Environment) -> list[str]:
         return environment_tags(env)
 
+    @extend_schema_field(IndexProblemSerializer(many=True))
     def get_index_errors(self, env: Environment) -> list[dict]:
         problems = getattr(env, "open_problems", None)
         if problems is None:
             problems = env.problems.filter(resolved_at__isnull=True)
         return IndexProblemSerializer(problems, many=True).data
 
+    @extend_schema_field(VERDICT_SCHEMA)
     def get_verdict(self, env: Environment) -> dict | None:
         return verdict_data(env.verdict_run)
 
+    @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, env: Environment) -> str:
-        request = self.context.get("request")
-        path = reverse("api:environment-detail", kwargs={"owner": env.owner, "name": env.name})
-        return request.build_absolute_uri(path) if request else path
+        return _absolute(self.context, reverse("api:environment-detail", kwargs={"owner": env.owner, "name": env.name}))
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_page_url(self, env: Environment) -> str:
+        return _absolute(self.context, reverse("registry:environment", kwargs={"owner": env.owner, "name": env.name}))
+
+
+PULL_FORM_SCHEMA = inline_serializer("PullForm", {
+    "kind": serializers.ChoiceField(choices=["running_url", "websocket_url", "client", "pip", "docker", "local_run"]),
+    "label": serializers.CharField(), "text": serializers.CharField(),
+    "language": serializers.ChoiceField(choices=["shell", "python", "url"]), "note": serializers.CharField(),
+}, many=True)
+FIELD_SCHEMA = inline_serializer("SchemaField", {
+    "name": serializers.CharField(), "type": serializers.CharField(), "required": serializers.BooleanField(),
+    "description": serializers.CharField(), "constraints": serializers.ListField(child=serializers.CharField()),
+}, many=True)
+LAST_GOOD_SCHEMA = inline_serializer("LastKnownGood", {
+    "revision": serializers.CharField(), "run_id": serializers.IntegerField(),
+    "finished_at": serializers.DateTimeField(),
+}, allow_null=True)
+
+
+def pull_target(env: Environment, revision: Revision) -> PullTarget:
+    """The facts the pull forms need, from an environment and one of its revisions (the page uses this too)."""
+    manifest = revision.manifest if isinstance(revision.manifest, dict) else {}
+    app = manifest.get("app") if isinstance(manifest.get("app"), str) else "server.app:app"
+    port = manifest.get("port")
+    port = port if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536 else 8000
+    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=env.source, host=revision.host,
+                      subdomain=revision.subdomain, app=app, port=port, hub=settings.HF_ENDPOINT)
 
 
 class EnvironmentDetailSerializer(EnvironmentSerializer):
-    """The environment with its newest revisions (`recent_revisions`, set by the view; the rest are paged at
-    `revisions_url`)."""
+    """One environment with what a client needs to trust and pull it: the head, its verdict, the last known good
+    revision, the pull forms, the schemas summary and MCP tools (from the verdict run), counts and links."""
 
     revisions = RevisionSerializer(source="recent_revisions", many=True, read_only=True)
     revision_count = serializers.IntegerField()
+    validation_count = serializers.IntegerField()
     revisions_url = serializers.SerializerMethodField()
-    manifest = serializers.JSONField(source="head.manifest", default=None)
-    status_changed_at = serializers.DateTimeField()
+    validations_url = serializers.SerializerMethodField()
+    manifest = serializers.JSONField(source="head.manifest", default=None, allow_null=True)
+    last_known_good = serializers.SerializerMethodField()
+    pull_forms = serializers.SerializerMethodField()
+    schemas = serializers.SerializerMethodField()
+    mcp_tools = serializers.ListField(child=serializers.CharField())
 
     class Meta(EnvironmentSerializer.Meta):
         fields = EnvironmentSerializer.Meta.fields + [
-            "status_changed_at", "manifest", "revisions", "revision_count", "revisions_url"]
+            "manifest", "last_known_good", "pull_forms", "schemas", "mcp_tools", "revisions", "revision_count",
+            "revisions_url", "validation_count", "validations_url"]
 
+    @extend_schema_field(OpenApiTypes.URI)
     def get_revisions_url(self, env: Environment) -> str:
-        request = self.context.get("request")
-        path = reverse("api:revision-list", kwargs={"owner": env.owner, "name": env.name})
-        return request.build_absolute_uri(path) if request else path
+        return _absolute(self.context, reverse("api:revision-list", kwargs={"owner": env.owner, "name": env.name}))
+
+    @extend_schema_field(OpenApiTypes.URI)
+    def get_validations_url(self, env: Environment) -> str:
+        return _absolute(self.context, reverse("api:validation-list", kwargs={"owner": env.owner, "name": env.name}))
+
+    @extend_schema_field(LAST_GOOD_SCHEMA)
+    def get_last_known_good(self, env: Environment) -> dict | None:
+        good = env.good_run
+        if good is None:
+            return None
+        return {"revision": good.revision.sha, "run_id": good.pk,
+                "finished_at": serializers.DateTimeField().to_representation(good.finished_at)}
+
+    @extend_schema_field(PULL_FORM_SCHEMA)
+    def get_pull_forms(self, env: Environment) -> list[dict]:
+        if env.head is None:
+            return []
+        return [{"kind": f.kind, "label": f.label, "text": f.text, "language": f.language, "note": f.note}
+                for f in pull_forms(pull_target(env, env.head))]
+
+    @extend_schema_field(inline_serializer("Schemas", {
+        "action": FIELD_SCHEMA, "observation": FIELD_SCHEMA, "state": FIELD_SCHEMA}, allow_null=True))
+    def get_schemas(self, env: Environment) -> dict | None:
+        schemas = getattr(env, "observed_schemas", None)
+        if not isinstance(schemas, dict):
+            return None
+        return {part: [row.__dict__ for row in presenters.schema_rows(schemas.get(part))]
+                for part in ("action", "observation", "state")}
+
+
+class TagCountSerializer(serializers.Serializer):
+    tag = serializers.CharField()
+    count = serializers.IntegerField()
+
+
+class OwnerCountSerializer(serializers.Serializer):
+    owner = serializers.CharField()
+    count = serializers.IntegerField()

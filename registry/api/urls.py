@@ -13,8 +13,11 @@ urlpatterns = [
     path("environments/", views.EnvironmentList.as_view(), name="environment-list"),
     path(f"environments/{_SEG}/", views.EnvironmentDetail.as_view(), name="environment-detail"),
     path(f"environments/{_SEG}/revisions/", views.RevisionList.as_view(), name="revision-list"),
+    path(f"environments/{_SEG}/revisions/<str:sha>/", views.RevisionDetail.as_view(), name="revision-detail"),
     path(f"environments/{_SEG}/validations/", views.ValidationRunList.as_view(), name="validation-list"),
     path(f"environments/{_SEG}/validations/latest/", views.ValidationRunLatest.as_view(), name="validation-latest"),
     path(f"environments/{_SEG}/validations/<int:run_id>/", views.ValidationRunDetail.as_view(), name="validation-detail"),
+    path("tags/", views.TagList.as_view(), name="tag-list"),
+    path("owners/", views.OwnerList.as_view(), name="owner-list"),
     re_path(r"^(?:.*/)?$", no_route),  # last: everything else under /api/v1/ (without a slash, APPEND_SLASH redirects first)
 ]

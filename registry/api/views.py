@@ -1,29 +1,67 @@
-"""The discovery API, /api/v1/. Thin: parse input, call a selector, serialize."""
+"""The discovery API, /api/v1/. Thin: check the parameters, call a selector, serialize.
+
+Every view here answers in one error envelope, says where the client stands against its rate limit, tells
+caches how long an answer stays true (a revision never changes; a list changes often), and is described in the
+OpenAPI schema at /api/schema/.
+"""
+
+from __future__ import annotations
 
 from django.conf import settings
 from django.shortcuts import redirect
 from django.urls import reverse
+from django.utils.http import http_date
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, permissions, status
 from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
 from rest_framework.response import Response
 
 from registry import identity, selectors
-from registry.api.serializers import (
-    EnvironmentDetailSerializer,
-    EnvironmentSerializer,
-    RevisionSerializer,
-    ValidationRequestSerializer,
-    ValidationRunDetailSerializer,
-    ValidationRunSerializer,
-)
+from registry.api import serializers as s
+from registry.api.authentication import has_token
+from registry.api.errors import ERROR_RESPONSES
+from registry.api.pagination import KeysetPagination
+from registry.api.params import EnvironmentListParams
+from registry.api.throttling import rate_limit_headers
 from registry.models import Environment, ValidationRun
 from registry.services import validation
 
 # Revisions shown with an environment's detail; all of them are paged at .../revisions/.
 RECENT_REVISIONS = 20
+SHORT_CACHE = "public, max-age=30"
+LONG_CACHE = "public, max-age=86400, immutable"
 
 
-class EnvironmentMixin:
+class ApiView:
+    """What every API view shares. Authentication is lazy (it runs when a view first asks who the client is),
+    so an unknown environment is a 404 before any token is looked at."""
+
+    cache_control = SHORT_CACHE
+
+    def perform_authentication(self, request):
+        pass
+
+    def check_throttles(self, request):
+        # Reads are anonymous (tokens are ignored): counted by address here. Writes are counted by account once
+        # the view knows who asks (see `throttle_account`).
+        if request.method in permissions.SAFE_METHODS:
+            super().check_throttles(request)
+
+    def throttle_account(self, request):
+        super().check_throttles(request)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        response = super().finalize_response(request, response, *args, **kwargs)
+        rate_limit_headers(request, response)
+        if request.method in ("GET", "HEAD") and response.status_code == 200 and "Cache-Control" not in response:
+            response["Cache-Control"] = self.cache_control
+        elif request.method not in ("GET", "HEAD"):
+            response["Cache-Control"] = "no-store"
+        return response
+
+
+class EnvironmentMixin(ApiView):
     """Resolves <owner>/<name> (case-insensitively) or answers 404 in the API's error shape."""
 
     def get_environment(self) -> Environment:
@@ -32,53 +70,116 @@ class EnvironmentMixin:
             raise NotFound(f"No environment {self.kwargs['owner']}/{self.kwargs['name']} in the index.")
         return env
 
-
-class EnvironmentList(generics.ListAPIView):
-    """GET /api/v1/environments/?q=&status=active|withdrawn|all&source=huggingface|local"""
-
-    serializer_class = EnvironmentSerializer
-
-    def get_queryset(self):
-        params = self.request.query_params
-        status = params.get("status", Environment.Status.ACTIVE)
-        if status not in {*Environment.Status.values, "all"}:
-            raise ValidationError({"status": f"must be one of active, withdrawn, all; not {status!r}"})
-        source = params.get("source") or None
-        if source and source not in Environment.Source.values:
-            raise ValidationError({"source": f"must be one of {', '.join(Environment.Source.values)}"})
-        return selectors.environment_list(
-            status=None if status == "all" else status, search=params.get("q", "").strip()[:200], source=source,
-        )
+    def canonical_redirect(self, env: Environment, request):
+        """301 to the canonical spelling (query kept), or None when the request already uses it."""
+        if (env.owner, env.name) == (self.kwargs["owner"], self.kwargs["name"]):
+            return None
+        kwargs = {**self.kwargs, "owner": env.owner, "name": env.name}
+        query = f"?{request.META['QUERY_STRING']}" if request.META.get("QUERY_STRING") else ""
+        return redirect(reverse(request.resolver_match.view_name, kwargs=kwargs) + query, permanent=True)
 
 
-class EnvironmentDetail(EnvironmentMixin, generics.RetrieveAPIView):
-    """GET /api/v1/environments/<owner>/<name>/ (any case; redirects to the canonical spelling)."""
+LIST_PARAMETERS = [
+    OpenApiParameter("q", str, description="Full-text search over names, description, tags, MCP tools and README."),
+    OpenApiParameter("verdict", str, many=True, enum=list(selectors.VERDICTS), style="form", explode=True),
+    OpenApiParameter("tag", str, many=True, style="form", explode=True),
+    OpenApiParameter("owner", str, many=True, style="form", explode=True),
+    OpenApiParameter("mode", str, many=True, enum=list(selectors.MODES), style="form", explode=True),
+    OpenApiParameter("mcp", str, enum=["yes", "no"]),
+    OpenApiParameter("stage", str, many=True, style="form", explode=True, description="Hub runtime stage."),
+    OpenApiParameter("openenv", str, many=True, style="form", explode=True, description="openenv requirement."),
+    OpenApiParameter("sort", str, enum=list(selectors.SORTS), description="Default: relevance with q, else name."),
+    OpenApiParameter("status", str, enum=["active", "withdrawn", "all"], description="Default: active."),
+    OpenApiParameter("source", str, enum=Environment.Source.values),
+    OpenApiParameter("updated_since", OpenApiTypes.DATETIME, description=(
+        "The change feed: environments whose head, status or verdict changed at or after this RFC 3339 time, "
+        "oldest change first. Follow `next` to the end, then ask again from the last `changed_at` you saw.")),
+    OpenApiParameter("include_withdrawn", OpenApiTypes.BOOL, description="Withdrawn environments too (tombstones)."),
+    OpenApiParameter("cursor", str, description="From a `next` link; keep the other parameters."),
+    OpenApiParameter("page_size", int, description="1 to 200 (larger is served at 200, see X-Page-Size-Clamped)."),
+]
 
-    serializer_class = EnvironmentDetailSerializer
 
+class EnvironmentList(ApiView, generics.GenericAPIView):
+    """The catalog: search, facets as filters, sorts, and the change feed with tombstones, cursor-paged."""
+
+    serializer_class = s.EnvironmentSerializer
+    pagination_class = KeysetPagination
+
+    @extend_schema(operation_id="environments_list", parameters=LIST_PARAMETERS,
+                   responses={200: s.EnvironmentSerializer(many=True), **ERROR_RESPONSES})
     def get(self, request, *args, **kwargs):
-        env = self.get_object()
-        if (env.owner, env.name) != (kwargs["owner"], kwargs["name"]):
-            query = f"?{request.META['QUERY_STRING']}" if request.META.get("QUERY_STRING") else ""
-            path = reverse("api:environment-detail", kwargs={"owner": env.owner, "name": env.name})
-            return redirect(f"{path}{query}", permanent=True)
-        return Response(self.get_serializer(env).data)
+        params = EnvironmentListParams(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        query, order = params.query()
+        matching = selectors.catalog_filtered(query)
+        since = params.validated_data.get("updated_since")
+        if since is not None:
+            matching = matching.filter(changed_at__gte=since)
+        ids = self.paginator.paginate(matching, request, order=order)
+        data = self.get_serializer(selectors.environment_cards(ids), many=True).data
+        return self.paginator.get_paginated_response(data)
 
-    def get_object(self):
+
+class EnvironmentDetail(EnvironmentMixin, generics.GenericAPIView):
+    """One environment (any case; redirects to the canonical spelling)."""
+
+    serializer_class = s.EnvironmentDetailSerializer
+
+    @extend_schema(operation_id="environments_retrieve", responses={
+        200: s.EnvironmentDetailSerializer, 301: OpenApiResponse(description="The canonical spelling."),
+        **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
         env = self.get_environment()
+        moved = self.canonical_redirect(env, request)
+        if moved:
+            return moved
         revisions = selectors.revision_list(environment=env)
         env.recent_revisions = list(revisions[:RECENT_REVISIONS])
         env.revision_count = revisions.count()
-        return env
+        env.validation_count = selectors.validation_run_list(environment=env).count()
+        verdict = selectors.environment_verdict(environment=env)
+        observed = selectors.validation_run_observed(run_id=verdict.pk) if verdict else None
+        env.observed_schemas = (observed or {}).get("schemas")
+        response = Response(self.get_serializer(env).data)
+        response["Last-Modified"] = http_date(env.changed_at.timestamp())
+        return response
 
 
 class RevisionList(EnvironmentMixin, generics.ListAPIView):
-    """GET /api/v1/environments/<owner>/<name>/revisions/: every revision, newest first, paged."""
+    """Every revision of an environment, newest first."""
 
-    serializer_class = RevisionSerializer
+    serializer_class = s.RevisionSerializer
 
     def get_queryset(self):
         return selectors.revision_list(environment=self.get_environment())
+
+    @extend_schema(operation_id="revisions_list", responses={200: s.RevisionSerializer(many=True), **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class RevisionDetail(EnvironmentMixin, generics.GenericAPIView):
+    """One revision by its full sha or a unique prefix (at least 4 hex characters)."""
+
+    serializer_class = s.RevisionDetailSerializer
+
+    @extend_schema(operation_id="revisions_retrieve", responses={200: s.RevisionDetailSerializer, **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        env = self.get_environment()
+        ref = self.kwargs["sha"]
+        try:
+            revision = selectors.revision_resolve(environment=env, ref=ref)
+        except selectors.AmbiguousRevision:
+            raise ValidationError({"sha": [f"{ref!r} starts more than one revision of {env.repo_id}: give more of it"]})
+        if revision is None:
+            raise NotFound(f"No revision of {env.repo_id} matches {ref!r}.")
+        latest = selectors.revision_run_latest(revision=revision)
+        revision.latest_outcome = latest.outcome if latest else None
+        response = Response(self.get_serializer(revision).data)
+        # A revision never changes, but its latest verdict may, and a prefix may stop being unique.
+        response["Cache-Control"] = "public, max-age=300"
+        return response
 
 
 class MayRequestValidation(permissions.BasePermission):
@@ -101,18 +202,36 @@ class ValidationRunList(EnvironmentMixin, generics.ListAPIView):
     Owners wait HUB_RERUN_COOLDOWN_S after the revision's last finished run (429 with Retry-After); staff don't.
     """
 
-    serializer_class = ValidationRunSerializer
+    serializer_class = s.ValidationRunSerializer
     permission_classes = [MayRequestValidation]
 
     def get_queryset(self):
         return selectors.validation_run_list(environment=self.get_environment())
 
+    def check_permissions(self, request):
+        if request.method in permissions.SAFE_METHODS:
+            super().check_permissions(request)
+        # POST decides once it knows the environment (an unknown one is a 404 before any token is checked).
+
+    @extend_schema(operation_id="validations_list", responses={200: s.ValidationRunSerializer(many=True),
+                                                               **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(operation_id="validations_create", request=s.ValidationRequestSerializer, responses={
+        202: s.ValidationRunSerializer, 200: s.ValidationRunSerializer, **ERROR_RESPONSES})
     def post(self, request, *args, **kwargs):
         env = self.get_environment()
+        if env.source != Environment.Source.HUGGINGFACE and has_token(request, scheme="bearer"):
+            # No Hub account owns a local folder: refuse without asking the Hub about the token.
+            raise PermissionDenied("This environment comes from a local source, which no Hugging Face account owns: "
+                                   "only the hub's staff can validate it.")
+        super().check_permissions(request)
+        self.throttle_account(request)
         self.check_object_permissions(request, env)
         if env.head is None:
-            raise ValidationError({"revision": "this environment has no indexed revision to validate"})
-        params = ValidationRequestSerializer(data=request.data)
+            raise ValidationError({"revision": ["this environment has no indexed revision to validate"]})
+        params = s.ValidationRequestSerializer(data=request.data)
         params.is_valid(raise_exception=True)
         if params.validated_data.get("runner") and not request.user.is_staff:
             raise PermissionDenied("Only staff choose the runner; owners get the hub's default for the environment.")
@@ -124,28 +243,67 @@ class ValidationRunList(EnvironmentMixin, generics.ListAPIView):
             )
         except validation.RerunTooSoon as exc:
             raise Throttled(wait=exc.wait_s, detail="This revision was validated moments ago.") from None
-        return Response(ValidationRunSerializer(run).data, status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)
+        return Response(s.ValidationRunSerializer(run).data,
+                        status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)
 
 
 class ValidationRunDetail(EnvironmentMixin, generics.RetrieveAPIView):
-    """GET /api/v1/environments/<owner>/<name>/validations/<id>/ with the full report."""
+    """One run with its full report."""
 
-    serializer_class = ValidationRunDetailSerializer
+    serializer_class = s.ValidationRunDetailSerializer
 
     def get_object(self):
         run = selectors.validation_run_get(environment=self.get_environment(), run_id=self.kwargs["run_id"])
         if run is None:
             raise NotFound(f"No validation run {self.kwargs['run_id']} for this environment.")
+        if run.state in (ValidationRun.State.FINISHED, ValidationRun.State.CANCELLED):
+            self.cache_control = LONG_CACHE  # a run that is over never changes again
         return run
+
+    @extend_schema(operation_id="validations_retrieve", responses={200: s.ValidationRunDetailSerializer,
+                                                                   **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
 
 
 class ValidationRunLatest(EnvironmentMixin, generics.RetrieveAPIView):
-    """GET /api/v1/environments/<owner>/<name>/validations/latest/: the run behind the verdict, with its report."""
+    """The run behind the verdict, with its report."""
 
-    serializer_class = ValidationRunDetailSerializer
+    serializer_class = s.ValidationRunDetailSerializer
 
     def get_object(self):
         run = selectors.environment_verdict(environment=self.get_environment())
         if run is None:
             raise NotFound("This environment has no finished validation yet.")
         return run
+
+    @extend_schema(operation_id="validations_latest", responses={200: s.ValidationRunDetailSerializer,
+                                                                 **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class TagList(ApiView, generics.ListAPIView):
+    """Tags of active environments with how many carry each, most used first."""
+
+    serializer_class = s.TagCountSerializer
+
+    def get_queryset(self):
+        return selectors.tag_counts()
+
+    @extend_schema(operation_id="tags_list", responses={200: s.TagCountSerializer(many=True), **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class OwnerList(ApiView, generics.ListAPIView):
+    """Owners of active environments with how many environments each has, most first."""
+
+    serializer_class = s.OwnerCountSerializer
+
+    def get_queryset(self):
+        return selectors.owner_counts()
+
+    @extend_schema(operation_id="owners_list", responses={200: s.OwnerCountSerializer(many=True), **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
