@@ -3,6 +3,8 @@ functions the pages use (registry.pulls, registry.presenters, registry.selectors
 
 from __future__ import annotations
 
+import dataclasses
+
 from django.conf import settings
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
@@ -213,7 +215,7 @@ class EnvironmentDetailSerializer(EnvironmentSerializer):
         schemas = getattr(env, "observed_schemas", None)
         if not isinstance(schemas, dict):
             return None
-        return {part: [row.__dict__ for row in presenters.schema_rows(schemas.get(part))]
+        return {part: [dataclasses.asdict(row) for row in presenters.schema_rows(schemas.get(part))]
                 for part in ("action", "observation", "state")}
 
 

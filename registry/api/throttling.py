@@ -28,7 +28,7 @@ class ClientRateThrottle(SimpleRateThrottle):
     def allow_request(self, request, view) -> bool:
         allowed = super().allow_request(request, view)
         if self.key is not None:
-            remaining = max(0, self.num_requests - len(self.history) - (1 if allowed else 0))
+            remaining = max(0, self.num_requests - len(self.history))  # the history holds this request if allowed
             reset = int(self.duration - (self.now - self.history[-1])) if self.history else int(self.duration)
             request.rate_limit = (self.num_requests, remaining, max(0, reset))
         return allowed

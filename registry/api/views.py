@@ -14,7 +14,7 @@ from django.utils.http import http_date
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, permissions, status
-from rest_framework.exceptions import NotFound, PermissionDenied, Throttled, ValidationError
+from rest_framework.exceptions import MethodNotAllowed, NotFound, PermissionDenied, Throttled, ValidationError
 from rest_framework.response import Response
 
 from registry import identity, selectors
@@ -38,6 +38,12 @@ class ApiView:
     so an unknown environment is a 404 before any token is looked at."""
 
     cache_control = SHORT_CACHE
+
+    def initial(self, request, *args, **kwargs):
+        # An unsupported method is a 405 before anything else is judged (not a 401 for lack of credentials).
+        if not hasattr(self, request.method.lower()) or request.method.lower() not in self.http_method_names:
+            raise MethodNotAllowed(request.method)
+        super().initial(request, *args, **kwargs)
 
     def perform_authentication(self, request):
         pass
