@@ -73,10 +73,18 @@ class EnvironmentListParams(serializers.Serializer):
     cursor = serializers.CharField(required=False, max_length=2000)
     page_size = serializers.CharField(required=False)  # checked by the pagination, which clamps it
 
+    def to_internal_value(self, data):
+        # A blank value is an absent one (`?tag=&q=` from a form left empty).
+        if hasattr(data, "lists"):
+            cleaned = type(data)(mutable=True)
+            for key, values in data.lists():
+                kept = [v for v in values if v.strip()]
+                if kept:
+                    cleaned.setlist(key, kept)
+            data = cleaned
+        return super().to_internal_value(data)
+
     def validate(self, data):
-        if data.get("updated_since") and data.get("sort"):
-            raise serializers.ValidationError({"sort": ["the change feed (updated_since) is ordered by change; "
-                                                        "leave sort out"]})
         if data.get("q", "").find("\x00") >= 0:
             raise serializers.ValidationError({"q": ["must not contain NUL"]})
         return data
@@ -94,6 +102,6 @@ class EnvironmentListParams(serializers.Serializer):
             status=None if status == "all" else status, source=data.get("source"),
         )
         if data.get("updated_since"):
-            return query, "changed"
+            return query, "changed"  # the feed has one order: by change
         return query, query.sort or ("relevance" if query.q else "name")
 

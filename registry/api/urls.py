@@ -19,5 +19,5 @@ urlpatterns = [
     path(f"environments/{_SEG}/validations/<int:run_id>/", views.ValidationRunDetail.as_view(), name="validation-detail"),
     path("tags/", views.TagList.as_view(), name="tag-list"),
     path("owners/", views.OwnerList.as_view(), name="owner-list"),
-    re_path(r"^(?:.*/)?$", no_route),  # last: everything else under /api/v1/ (without a slash, APPEND_SLASH redirects first)
+    re_path(r"^(?:[\s\S]*/)?$", no_route),  # last: everything else under /api/v1/ (without a slash, APPEND_SLASH redirects first)
 ]

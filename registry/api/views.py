@@ -24,7 +24,7 @@ from registry.api.errors import ERROR_RESPONSES
 from registry.api.pagination import KeysetPagination
 from registry.api.params import EnvironmentListParams
 from registry.api.throttling import rate_limit_headers
-from registry.models import Environment, ValidationRun
+from registry.models import ID_PART, Environment, ValidationRun
 from registry.services import validation
 
 # Revisions shown with an environment's detail; all of them are paged at .../revisions/.
@@ -85,24 +85,34 @@ class EnvironmentMixin(ApiView):
         return redirect(reverse(request.resolver_match.view_name, kwargs=kwargs) + query, permanent=True)
 
 
+def _strings(pattern: str, description: str = "") -> dict:
+    return {"type": "array", "items": {"type": "string", "pattern": pattern}, "description": description}
+
+
 LIST_PARAMETERS = [
-    OpenApiParameter("q", str, description="Full-text search over names, description, tags, MCP tools and README."),
+    OpenApiParameter("q", {"type": "string", "maxLength": 200, "pattern": r"^[^\x00]*$"},
+                     description="Full-text search over names, description, tags, MCP tools and README."),
     OpenApiParameter("verdict", str, many=True, enum=list(selectors.VERDICTS), style="form", explode=True),
-    OpenApiParameter("tag", str, many=True, style="form", explode=True),
-    OpenApiParameter("owner", str, many=True, style="form", explode=True),
+    OpenApiParameter("tag", _strings(r"^[^\x00-\x1f]{1,100}$"), style="form", explode=True),
+    OpenApiParameter("owner", _strings(rf"^{ID_PART}$"), style="form", explode=True),
     OpenApiParameter("mode", str, many=True, enum=list(selectors.MODES), style="form", explode=True),
     OpenApiParameter("mcp", str, enum=["yes", "no"]),
-    OpenApiParameter("stage", str, many=True, style="form", explode=True, description="Hub runtime stage."),
-    OpenApiParameter("openenv", str, many=True, style="form", explode=True, description="openenv requirement."),
-    OpenApiParameter("sort", str, enum=list(selectors.SORTS), description="Default: relevance with q, else name."),
+    OpenApiParameter("stage", _strings(r"^[A-Z_]{1,32}$"), style="form", explode=True,
+                     description="Hub runtime stage."),
+    OpenApiParameter("openenv", _strings(r"^[^\x00-\x1f]{1,200}$"), style="form", explode=True,
+                     description="The openenv requirement, as declared."),
+    OpenApiParameter("sort", str, enum=list(selectors.SORTS),
+                     description="Default: relevance with q, else name. Ignored by the change feed."),
     OpenApiParameter("status", str, enum=["active", "withdrawn", "all"], description="Default: active."),
     OpenApiParameter("source", str, enum=Environment.Source.values),
     OpenApiParameter("updated_since", OpenApiTypes.DATETIME, description=(
         "The change feed: environments whose head, status or verdict changed at or after this RFC 3339 time, "
         "oldest change first. Follow `next` to the end, then ask again from the last `changed_at` you saw.")),
     OpenApiParameter("include_withdrawn", OpenApiTypes.BOOL, description="Withdrawn environments too (tombstones)."),
-    OpenApiParameter("cursor", str, description="From a `next` link; keep the other parameters."),
-    OpenApiParameter("page_size", int, description="1 to 200 (larger is served at 200, see X-Page-Size-Clamped)."),
+    OpenApiParameter("cursor", {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,2000}$"},
+                     description="From a `next` link, as it is; keep the other parameters."),
+    OpenApiParameter("page_size", {"type": "integer", "minimum": 1},
+                     description="1 to 200 (larger is served at 200, see X-Page-Size-Clamped)."),
 ]
 
 

@@ -92,7 +92,7 @@ def test_unknown_environment_gives_the_error_shape(client, db):
 
 
 def test_the_environment_list_is_read_only(client, indexed):
-    assert client.post("/api/v1/environments/", {}).status_code == 401  # who are you?
+    assert client.post("/api/v1/environments/", {}).status_code == 405  # nobody adds environments, signed in or not
     from django.contrib.auth.models import User
     User.objects.create_user("someone", password="pw", is_staff=True)
     client.login(username="someone", password="pw")

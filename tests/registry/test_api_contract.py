@@ -55,7 +55,6 @@ def error(response, status: int, code: str) -> dict:
     ("mcp=perhaps", "mcp", "yes, no"),
     ("updated_since=yesterday", "updated_since", "RFC 3339"),
     ("updated_since=2026-01-01T00:00:00", "updated_since", "time zone"),
-    ("updated_since=2026-01-01T00:00:00Z&sort=likes", "sort", "leave sort out"),
     ("include_withdrawn=yes", "include_withdrawn", "true or false"),
     ("owner=a%2Fb", "owner", "owner id"),
 ])
