@@ -162,6 +162,7 @@ def main(argv: list[str]) -> int:
 
         connections.close_all()
         results[n] = run(n, free_port())
+        connections.close_all()
         os.environ["DATABASE_URL"] = base
     labels = list(next(iter(results.values())))
     print("\n| page | " + " | ".join(f"N={n:,} p50 | N={n:,} p95" for n in sizes) + " |")

@@ -19,7 +19,7 @@ def setup_django(name: str) -> None:
 
         base, _, _ = url.rpartition("/")
         with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{name}"')
         os.environ["DATABASE_URL"] = f"{base}/{name}"
     else:
