@@ -472,14 +472,18 @@ def environment_get(*, owner: str, name: str) -> Environment | None:
     )
 
 
+def _latest_outcome() -> Subquery:
+    """The outcome of a revision's latest finished run, as a column of the revision."""
+    latest = (ValidationRun.objects.filter(revision=OuterRef("pk"), state=ValidationRun.State.FINISHED)
+              .order_by("-finished_at", "-id"))
+    return Subquery(latest.values("outcome")[:1])
+
+
 def revision_list(*, environment: Environment) -> QuerySet[Revision]:
     """The environment's revisions, newest first, summary columns only, each with the outcome of its latest
     finished run as `latest_outcome` (page or slice it)."""
-    latest = (ValidationRun.objects.filter(revision=OuterRef("pk"), state=ValidationRun.State.FINISHED)
-              .order_by("-finished_at", "-id"))
     return (Revision.objects.filter(environment=environment).only(*REVISION_SUMMARY_FIELDS)
-            .annotate(latest_outcome=Subquery(latest.values("outcome")[:1]),
-                      manifest_version=KeyTextTransform("version", "manifest"))
+            .annotate(latest_outcome=_latest_outcome(), manifest_version=KeyTextTransform("version", "manifest"))
             .order_by("-indexed_at", "-id"))
 
 
@@ -487,13 +491,16 @@ class AmbiguousRevision(Exception):
     """A sha prefix that more than one revision starts with."""
 
 
-def revision_resolve(*, environment: Environment, ref: str) -> Revision | None:
-    """A revision of the environment by full sha or unique prefix (at least 4 hex characters), README included;
-    None when nothing matches, AmbiguousRevision when several do."""
+def revision_resolve(*, environment: Environment | int, ref: str,
+                     revisions: QuerySet[Revision] | None = None) -> Revision | None:
+    """A revision of the environment (or environment id) by full sha or unique prefix (at least 4 hex
+    characters), README included unless `revisions` says what to load; None when nothing matches,
+    AmbiguousRevision when several do."""
     ref = ref.strip().lower()
     if not re.fullmatch(r"[0-9a-f]{4,64}", ref):
         return None
-    matches = list(Revision.objects.filter(environment=environment, sha__startswith=ref).defer("files")[:2])
+    revisions = Revision.objects.defer("files") if revisions is None else revisions
+    matches = list(revisions.filter(environment=environment, sha__startswith=ref)[:2])
     if len(matches) > 1:
         raise AmbiguousRevision(ref)
     return matches[0] if matches else None
