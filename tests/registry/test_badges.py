@@ -4,12 +4,18 @@ the badge views and the environment page's embed snippets through Django's test 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import jsonschema
 import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-from registry import badges
+from registry import badges, services
 from registry.badges import Badge, Subject
+from registry.models import Environment, Revision, ValidationRun
+from registry.services import validation
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -185,3 +191,207 @@ def test_embed_snippets():
     assert html.text == ('<a href="https://hub.example/environments/a/b/"><img src="https://hub.example/badges/a/b/'
                          'conformance.svg" alt="conformance of a/b [x] &quot;y&quot;"></a>')
     assert markdown.label == "Markdown for the conformance badge" and html.label == "HTML for the conformance badge"
+
+
+# --- the views --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def client():
+    return Client(HTTP_HOST="localhost")
+
+
+def finished(revision: Revision, outcome: str) -> ValidationRun:
+    run, _ = validation.validation_run_request(revision=revision, trigger="request")
+    validation.validation_run_start(run_id=run.pk)
+    validation.validation_run_finish(run_id=run.pk, outcome=outcome, report={"verdict": outcome, "results": []})
+    return run
+
+
+def svg_badge(client, path: str, **params) -> tuple[str, str]:
+    """(label, message) of the SVG badge at path, after checking it answered 200 with a well-formed badge."""
+    response = client.get(path, params)
+    assert response.status_code == 200 and response["Content-Type"] == "image/svg+xml; charset=utf-8"
+    root = parse(response.content.decode())
+    label, message = title(root).split(": ", 1)
+    return label, message
+
+
+def json_badge(client, path: str, **params) -> dict:
+    response = client.get(path, params)
+    assert response.status_code == 200 and response["Content-Type"] == "application/json"
+    body = response.json()
+    jsonschema.validate(body, ENDPOINT_SCHEMA)
+    return body
+
+
+@pytest.mark.django_db
+def test_conformance_badges_follow_the_verdict(client, tiny_envs):
+    alpha = tiny_envs
+    beta = Environment.objects.select_related("head").get(key="local/beta")
+    assert svg_badge(client, "/badges/local/alpha/conformance.svg") == ("conformance", "not validated")
+    finished(alpha.head, "pass")
+    finished(beta.head, "error")
+    assert svg_badge(client, "/badges/local/alpha/conformance.svg") == ("conformance", "passing")
+    assert svg_badge(client, "/badges/local/beta/conformance.svg") == ("conformance", "failing")
+    assert json_badge(client, "/badges/local/alpha/conformance.json") == {
+        "schemaVersion": 1, "label": "conformance", "message": "passing", "color": "brightgreen",
+        "labelColor": "grey"}
+    assert json_badge(client, "/badges/local/beta/conformance.json")["color"] == "red"
+    # Owner and name are case-insensitive, as on the Hub.
+    assert svg_badge(client, "/badges/Local/ALPHA/conformance.svg") == ("conformance", "passing")
+
+
+@pytest.mark.django_db
+def test_a_sleeping_space_without_a_verdict(client, tiny_envs):
+    Environment.objects.filter(key="local/alpha").update(runtime_stage="SLEEPING")
+    assert svg_badge(client, "/badges/local/alpha/conformance.svg") == ("conformance", "sleeping")
+    assert json_badge(client, "/badges/local/alpha/conformance.json")["color"] == "607d8b"
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/badges/nobody/nothing/conformance.svg", "/badges/nobody/nothing/version.svg",
+                                  "/badges/nobody/nothing/conformance.json", "/badges/nobody/nothing/version.json"])
+def test_an_unknown_environment_is_a_grey_unknown_badge_not_an_error(client, tiny_envs, path):
+    if path.endswith(".svg"):
+        assert svg_badge(client, path)[1] == "unknown"
+    else:
+        body = json_badge(client, path)
+        assert (body["message"], body["color"]) == ("unknown", "lightgrey")
+
+
+@pytest.mark.django_db
+def test_version_badge_from_the_manifest_else_the_short_sha(client, tiny_envs):
+    alpha = tiny_envs
+    assert svg_badge(client, "/badges/local/alpha/version.svg") == ("version", alpha.head.sha[:7])
+    assert json_badge(client, "/badges/local/alpha/version.json")["message"] == alpha.head.sha[:7]
+    Path(alpha.local_path, "openenv.yaml").write_text("name: alpha\nversion: 1.2.3\n")
+    services.local_sync()
+    assert svg_badge(client, "/badges/local/alpha/version.svg") == ("version", "1.2.3")
+    assert json_badge(client, "/badges/local/alpha/version.json") == {
+        "schemaVersion": 1, "label": "version", "message": "1.2.3", "color": "blue", "labelColor": "grey"}
+    # A number, as YAML reads `version: 2.0`, is shown as written there.
+    Path(alpha.local_path, "openenv.yaml").write_text("name: alpha\nversion: 2.5\n")
+    services.local_sync()
+    assert svg_badge(client, "/badges/local/alpha/version.svg") == ("version", "2.5")
+
+
+@pytest.mark.django_db
+def test_a_revision_badge_describes_that_revision(client, tiny_envs):
+    alpha = tiny_envs
+    old = alpha.head
+    Path(alpha.local_path, "openenv.yaml").write_text("name: alpha\nversion: 0.2.0\n")
+    services.local_sync()
+    alpha.refresh_from_db()
+    assert alpha.head != old
+    finished(old, "pass")
+    finished(alpha.head, "fail")
+    assert svg_badge(client, "/badges/local/alpha/conformance.svg") == ("conformance", "failing")
+    assert svg_badge(client, "/badges/local/alpha/version.svg") == ("version", "0.2.0")
+    for ref in (old.sha, old.sha[:10], old.sha[:10].upper()):
+        assert svg_badge(client, "/badges/local/alpha/conformance.svg", revision=ref) == ("conformance", "passing")
+        assert svg_badge(client, "/badges/local/alpha/version.svg", revision=ref) == ("version", old.sha[:7])
+    assert svg_badge(client, "/badges/local/alpha/version.svg", revision=alpha.head.sha) == ("version", "0.2.0")
+    # A revision never validated is not validated, whatever the environment's verdict.
+    Path(alpha.local_path, "openenv.yaml").write_text("name: alpha\nversion: 0.3.0\n")
+    services.local_sync()
+    alpha.refresh_from_db()
+    Environment.objects.filter(pk=alpha.pk).update(runtime_stage="SLEEPING")
+    assert svg_badge(client, "/badges/local/alpha/conformance.svg", revision=alpha.head.sha[:8]) == (
+        "conformance", "sleeping")
+    assert svg_badge(client, "/badges/local/alpha/conformance.svg", revision=old.sha) == ("conformance", "passing")
+    # Unknown and malformed revisions, or another environment's: grey unknown, status 200.
+    beta_sha = Environment.objects.get(key="local/beta").head.sha
+    for ref in ("f" * 40, beta_sha, "xyz", "ab", "\x00"):
+        assert svg_badge(client, "/badges/local/alpha/conformance.svg", revision=ref)[1] == "unknown"
+        assert json_badge(client, "/badges/local/alpha/version.json", revision=ref)["message"] == "unknown"
+
+
+@pytest.mark.django_db
+def test_an_ambiguous_revision_prefix_is_unknown(client, tiny_envs):
+    first = tiny_envs.head
+    # A second revision whose sha shares its first six characters with the head's (Hub shas are 40 hex).
+    twin = first.sha[:6] + ("0" if first.sha[6] != "0" else "1") * 34
+    Revision.objects.create(environment=tiny_envs, sha=twin, content_digest="0" * 64)
+    assert svg_badge(client, "/badges/local/alpha/version.svg", revision=first.sha[:6]) == ("version", "unknown")
+    assert svg_badge(client, "/badges/local/alpha/version.svg", revision=first.sha[:7]) == (
+        "version", first.sha[:7])
+    assert svg_badge(client, "/badges/local/alpha/conformance.svg", revision=twin) == (
+        "conformance", "not validated")
+
+
+@pytest.mark.django_db
+def test_style_and_label_options(client, tiny_envs):
+    finished(tiny_envs.head, "pass")
+    path = "/badges/local/alpha/conformance.svg"
+    big = parse(client.get(path, {"style": "for-the-badge"}).content.decode())
+    assert big.get("height") == "28" and [t.text for t in big.iter(f"{SVG}text")] == ["CONFORMANCE", "PASSING"]
+    square = client.get(path, {"style": "flat-square"}).content.decode()
+    assert 'shape-rendering="crispEdges"' in square and "clipPath" not in square
+    assert client.get(path, {"style": "bogus"}).content == client.get(path).content
+    assert json_badge(client, "/badges/local/alpha/conformance.json", style="for-the-badge")["style"] == "for-the-badge"
+    assert "style" not in json_badge(client, "/badges/local/alpha/conformance.json", style="bogus")
+    assert svg_badge(client, path, label="OpenEnv") == ("OpenEnv", "passing")
+    assert json_badge(client, "/badges/local/alpha/conformance.json", label="OpenEnv")["label"] == "OpenEnv"
+    assert svg_badge(client, path, label="") == ("conformance", "passing")
+    hostile = client.get(path, {"label": '<script>alert("x")</script>&' + "y" * 80}).content.decode()
+    label, _ = title(parse(hostile)).split(": ", 1)
+    assert len(label) == badges.MAX_LABEL and "<script>" not in hostile and "&lt;script&gt;" in hostile
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(("path", "content_type"), [
+    ("/badges/local/alpha/conformance.svg", "image/svg+xml; charset=utf-8"),
+    ("/badges/local/alpha/version.json", "application/json"),
+    ("/badges/nobody/nothing/conformance.svg", "image/svg+xml; charset=utf-8"),
+])
+def test_headers_caching_and_no_cookies(client, tiny_envs, path, content_type):
+    response = client.get(path)
+    assert response.status_code == 200 and response["Content-Type"] == content_type
+    assert response["Cache-Control"] == "public, max-age=300"
+    etag = response["ETag"]
+    assert etag.startswith('"') and etag.endswith('"') and len(etag) > 10
+    assert client.get(path)["ETag"] == etag  # the same body, the same tag
+    assert "Set-Cookie" not in response and not response.cookies and not client.cookies
+    assert "Cookie" not in response.get("Vary", "")
+    cors = response.get("Access-Control-Allow-Origin")
+    assert cors == ("*" if path.endswith(".json") else None)
+    for sent in (etag, f"W/{etag}", f'"other", {etag}', "*"):
+        again = client.get(path, HTTP_IF_NONE_MATCH=sent)
+        assert again.status_code == 304 and again.content == b"" and again["ETag"] == etag
+        assert again["Cache-Control"] == "public, max-age=300" and "Set-Cookie" not in again
+    assert client.get(path, HTTP_IF_NONE_MATCH='"other"').status_code == 200
+    # Another badge body, another tag.
+    assert client.get(path, {"style": "for-the-badge"})["ETag"] != etag
+    assert client.head(path).status_code == 200
+    assert client.post(path).status_code == 405
+
+
+@pytest.mark.django_db
+def test_a_signed_in_visitor_gets_the_same_cookieless_badge(client, tiny_envs, django_user_model):
+    client.force_login(django_user_model.objects.create_user("staff", is_staff=True))
+    response = client.get("/badges/local/alpha/conformance.svg")
+    assert response.status_code == 200 and "Set-Cookie" not in response and not response.cookies
+    assert "Cookie" not in response.get("Vary", "")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("params", [{}, {"style": "for-the-badge", "label": "x"}])
+@pytest.mark.parametrize("path", ["/badges/local/alpha/conformance.svg", "/badges/local/alpha/version.json",
+                                  "/badges/nobody/nothing/version.svg"])
+def test_a_badge_costs_one_query(client, tiny_envs, path, params):
+    finished(tiny_envs.head, "pass")
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(path, params).status_code == 200
+    assert len(queries) == 1, [q["sql"] for q in queries]
+
+
+@pytest.mark.django_db
+def test_a_revision_badge_costs_one_query_more(client, tiny_envs):
+    finished(tiny_envs.head, "pass")
+    with CaptureQueriesContext(connection) as queries:
+        assert svg_badge(client, "/badges/local/alpha/conformance.svg", revision=tiny_envs.head.sha[:8]) == (
+            "conformance", "passing")
+    assert len(queries) == 2, [q["sql"] for q in queries]
+    # The heavy columns of a revision (README, files, raw manifest) are never read for a badge.
+    assert all("readme" not in q["sql"] and "manifest_raw" not in q["sql"] for q in queries)
