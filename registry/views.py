@@ -147,8 +147,29 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
         "revisions": Paginator(selectors.revision_list(environment=env), REVISIONS_PER_PAGE).get_page(
             request.GET.get("revisions_page")),
         "runs_api_url": settings.SITE_URL + reverse("api:validation-list", kwargs={"owner": env.owner, "name": env.name}),
+        "badges": _badge_blocks(env),
     })
     return render(request, "registry/environment.html", context)
+
+
+def _badge_blocks(env: Environment) -> list[dict]:
+    """Each badge of the environment as the page shows it: a preview, its words (the preview's alt text) and
+    the Markdown and HTML that embed it, with absolute URLs to the badge and back to this page."""
+    manifest = env.head.manifest if env.head and isinstance(env.head.manifest, dict) else {}
+    subject = badges.Subject(outcome=env.verdict_outcome, sleeping=env.runtime_stage in selectors.SLEEPING_STAGES,
+                             version=manifest.get("version"), sha=env.head.sha if env.head else "")
+    ids = {"owner": env.owner, "name": env.name}
+    page = settings.SITE_URL + reverse("registry:environment", kwargs=ids)
+    blocks = []
+    for kind, badge in badges.BADGES.items():
+        image = reverse(f"registry:badge-{kind}-svg", kwargs=ids)
+        blocks.append({
+            "kind": kind, "image": image, "alt": badge(subject).title,
+            "json": settings.SITE_URL + reverse(f"registry:badge-{kind}-json", kwargs=ids),
+            "embeds": badges.badge_embeds(image_url=settings.SITE_URL + image, link_url=page,
+                                          alt=f"{kind} of {env.repo_id} on OpenEnv Hub", title=kind),
+        })
+    return blocks
 
 
 BADGE_CACHE_CONTROL = "public, max-age=300"

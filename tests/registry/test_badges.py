@@ -395,3 +395,27 @@ def test_a_revision_badge_costs_one_query_more(client, tiny_envs):
     assert len(queries) == 2, [q["sql"] for q in queries]
     # The heavy columns of a revision (README, files, raw manifest) are never read for a badge.
     assert all("readme" not in q["sql"] and "manifest_raw" not in q["sql"] for q in queries)
+
+
+@pytest.mark.django_db
+def test_the_environment_page_shows_the_embed_snippets(client, tiny_envs, settings):
+    settings.SITE_URL = "https://hub.example"
+    finished(tiny_envs.head, "pass")
+    page = client.get("/environments/local/alpha/").content.decode()
+    section = page.split('id="badges-h"')[1].split("</section>")[0]
+    assert "arrive with" not in section
+    for kind, words in (("conformance", "conformance: passing"), ("version", f"version: {tiny_envs.head.sha[:7]}")):
+        image = f"https://hub.example/badges/local/alpha/{kind}.svg"
+        link = "https://hub.example/environments/local/alpha/"
+        assert f'<img src="/badges/local/alpha/{kind}.svg" alt="{words}">' in section
+        markdown = f"[![{kind} of local/alpha on OpenEnv Hub]({image})]({link})"
+        html = f'<a href="{link}"><img src="{image}" alt="{kind} of local/alpha on OpenEnv Hub"></a>'
+        assert f'<code id="badge-{kind}-markdown" data-kind="markdown">{markdown}</code>' in section
+        # Shown as text: the page escapes it, and the copy button copies the text itself.
+        escaped = html.replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+        assert f'<code id="badge-{kind}-html" data-kind="html">{escaped}</code>' in section
+        for snippet in ("markdown", "html"):
+            assert f'data-copy="badge-{kind}-{snippet}"' in section
+        assert f"https://hub.example/badges/local/alpha/{kind}.json" in section
+        # The preview the page links to is the badge it describes.
+        assert svg_badge(client, f"/badges/local/alpha/{kind}.svg") == tuple(words.split(": ", 1))
