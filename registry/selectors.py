@@ -7,6 +7,7 @@ badge that describe the same environments can never disagree.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -30,9 +31,10 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.fields.json import KeyTextTransform
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Greatest
 
+from registry import badges
 from registry.models import (
     Environment,
     EnvironmentTag,
@@ -488,14 +490,18 @@ def environment_get(*, owner: str, name: str) -> Environment | None:
     )
 
 
+def _latest_outcome() -> Subquery:
+    """The outcome of a revision's latest finished run, as a column of the revision."""
+    latest = (ValidationRun.objects.filter(revision=OuterRef("pk"), state=ValidationRun.State.FINISHED)
+              .order_by("-finished_at", "-id"))
+    return Subquery(latest.values("outcome")[:1])
+
+
 def revision_list(*, environment: Environment) -> QuerySet[Revision]:
     """The environment's revisions, newest first, summary columns only, each with the outcome of its latest
     finished run as `latest_outcome` (page or slice it)."""
-    latest = (ValidationRun.objects.filter(revision=OuterRef("pk"), state=ValidationRun.State.FINISHED)
-              .order_by("-finished_at", "-id"))
     return (Revision.objects.filter(environment=environment).only(*REVISION_SUMMARY_FIELDS)
-            .annotate(latest_outcome=Subquery(latest.values("outcome")[:1]),
-                      manifest_version=KeyTextTransform("version", "manifest"))
+            .annotate(latest_outcome=_latest_outcome(), manifest_version=KeyTextTransform("version", "manifest"))
             .order_by("-indexed_at", "-id"))
 
 
@@ -503,13 +509,16 @@ class AmbiguousRevision(Exception):
     """A sha prefix that more than one revision starts with."""
 
 
-def revision_resolve(*, environment: Environment, ref: str) -> Revision | None:
-    """A revision of the environment by full sha or unique prefix (at least 4 hex characters), README included;
-    None when nothing matches, AmbiguousRevision when several do."""
+def revision_resolve(*, environment: Environment | int, ref: str,
+                     revisions: QuerySet[Revision] | None = None) -> Revision | None:
+    """A revision of the environment (or environment id) by full sha or unique prefix (at least 4 hex
+    characters), README included unless `revisions` says what to load; None when nothing matches,
+    AmbiguousRevision when several do."""
     ref = ref.strip().lower()
     if not re.fullmatch(r"[0-9a-f]{4,64}", ref):
         return None
-    matches = list(Revision.objects.filter(environment=environment, sha__startswith=ref).defer("files")[:2])
+    revisions = Revision.objects.defer("files") if revisions is None else revisions
+    matches = list(revisions.filter(environment=environment, sha__startswith=ref)[:2])
     if len(matches) > 1:
         raise AmbiguousRevision(ref)
     return matches[0] if matches else None
@@ -562,3 +571,54 @@ def validation_run_get(*, environment: Environment, run_id: int) -> ValidationRu
     """One run with its report."""
     return (ValidationRun.objects.filter(environment=environment, pk=run_id).select_related("revision")
             .defer(*_heavy("revision")).first())
+
+
+# Stands for the environment's key in the badge query as compiled, to be told apart from the query's other
+# parameters (a JSON path) when it runs; no environment key holds a NUL.
+_BADGE_KEY = "\x00"
+_MANIFEST_VERSION = KeyTransform("version", "manifest")
+
+
+@functools.cache
+def _badge_query(vendor: str) -> tuple[str, tuple]:
+    """The SQL of a badge's query and its parameters, compiled by the ORM once per process and database vendor."""
+    rows = (Environment.objects.filter(key=_BADGE_KEY).order_by()
+            .values_list("verdict_outcome", "runtime_stage", "head_id", "head__sha",
+                         KeyTransform("version", "head__manifest"), "pk")[:1])
+    return rows.query.sql_with_params()
+
+
+def environment_badge_subject(*, owner: str, name: str, revision: str = "") -> badges.Subject | None:
+    """What a status badge says about an environment (its verdict and head), or with `revision` (a sha or unique
+    prefix) about that revision (its latest finished run and manifest); None when there is no such environment
+    or revision, or the prefix is ambiguous.
+
+    Badges are fetched far more often than pages, by everyone who reads a README that shows one, and must cost
+    little more than a bare view: one query reading a few columns of the environment and its head (of the
+    manifest, only the `version` the database extracts), whose SQL the ORM compiles once (building and compiling
+    a query costs several times what running this one does); one more query for `revision`.
+    """
+    sql, params = _badge_query(connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [environment_key(owner, name) if p == _BADGE_KEY else p for p in params])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    outcome, stage, head_id, sha, version, pk = row
+    asleep = stage in SLEEPING_STAGES
+    if not revision:
+        # Read as the ORM reads a JSON key (SQLite hands numbers over as numbers, the rest as JSON text).
+        version = Revision._meta.get_field("manifest").from_db_value(version, _MANIFEST_VERSION, connection)
+        return badges.Subject(outcome=outcome, sleeping=asleep, version=version, sha=sha or "")
+    try:
+        found = revision_resolve(
+            environment=pk, ref=revision,
+            revisions=Revision.objects.only("pk", "sha").annotate(
+                latest_outcome=_latest_outcome(), manifest_version=_MANIFEST_VERSION))
+    except AmbiguousRevision:
+        return None
+    if found is None:
+        return None
+    # The Space serves only the head: whether it sleeps says nothing about an older revision.
+    return badges.Subject(outcome=found.latest_outcome or "", sleeping=asleep and found.pk == head_id,
+                          version=found.manifest_version, sha=found.sha)

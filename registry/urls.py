@@ -1,7 +1,7 @@
 from django.urls import path
 
 from registry import converters  # noqa: F401 - registers the <part:…> and <tag:…> converters
-from registry import views
+from registry import badges, views
 
 app_name = "registry"
 
@@ -14,4 +14,8 @@ urlpatterns = [
     path("environments/<part:owner>/<part:name>/validate/", views.validation_request, name="validation-request"),
     path("environments/<part:owner>/<part:name>/validations/<int:run_id>/", views.validation_report,
          name="validation-report"),
+    # Status badges: /badges/<owner>/<name>/<kind>.svg or .json, named badge-<kind>-<svg|json>.
+    *(path(f"badges/<part:owner>/<part:name>/{kind}.{fmt}", views.badge, {"kind": kind, "fmt": fmt},
+           name=f"badge-{kind}-{fmt}")
+      for kind in badges.BADGES for fmt in views.BADGE_CONTENT_TYPES),
 ]

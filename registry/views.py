@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from urllib.parse import urlencode
 
@@ -10,13 +12,14 @@ from django.contrib import messages
 from django.contrib.admin.views.decorators import staff_member_required
 from django.core.paginator import Paginator
 from django.db import connection
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_POST
+from django.utils.http import parse_etags, quote_etag
+from django.views.decorators.http import require_POST, require_safe
 
-from registry import presenters, selectors
+from registry import badges, presenters, selectors
 from registry.models import Environment, SyncRun, ValidationRun
 from registry.pulls import PullTarget, pull_forms
 from registry.services import validation
@@ -144,8 +147,58 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
         "revisions": Paginator(selectors.revision_list(environment=env), REVISIONS_PER_PAGE).get_page(
             request.GET.get("revisions_page")),
         "runs_api_url": settings.SITE_URL + reverse("api:validation-list", kwargs={"owner": env.owner, "name": env.name}),
+        "badges": _badge_blocks(env),
     })
     return render(request, "registry/environment.html", context)
+
+
+def _badge_blocks(env: Environment) -> list[dict]:
+    """Each badge of the environment as the page shows it: a preview, its words (the preview's alt text) and
+    the Markdown and HTML that embed it, with absolute URLs to the badge and back to this page."""
+    manifest = env.head.manifest if env.head and isinstance(env.head.manifest, dict) else {}
+    subject = badges.Subject(outcome=env.verdict_outcome, sleeping=env.runtime_stage in selectors.SLEEPING_STAGES,
+                             version=manifest.get("version"), sha=env.head.sha if env.head else "")
+    ids = {"owner": env.owner, "name": env.name}
+    page = settings.SITE_URL + reverse("registry:environment", kwargs=ids)
+    blocks = []
+    for kind, badge in badges.BADGES.items():
+        image = reverse(f"registry:badge-{kind}-svg", kwargs=ids)
+        blocks.append({
+            "kind": kind, "image": image, "alt": badge(subject).title,
+            "json": settings.SITE_URL + reverse(f"registry:badge-{kind}-json", kwargs=ids),
+            "embeds": badges.badge_embeds(image_url=settings.SITE_URL + image, link_url=page,
+                                          alt=f"{kind} of {env.repo_id} on OpenEnv Hub", title=kind),
+        })
+    return blocks
+
+
+BADGE_CACHE_CONTROL = "public, max-age=300"
+BADGE_CONTENT_TYPES = {"svg": "image/svg+xml; charset=utf-8", "json": "application/json"}
+
+
+@require_safe
+def badge(request: HttpRequest, owner: str, name: str, kind: str, fmt: str) -> HttpResponse:
+    """A status badge (`kind`: conformance or version) as SVG or shields.io endpoint JSON (`fmt`), for READMEs:
+    `?revision=`, `?style=`, `?label=`.
+
+    Always 200 with a badge (grey "unknown" for no such environment or revision), never a broken image; one
+    query, two with `?revision=`. It reads no session, user or CSRF token, so the answer sets no cookie and
+    does not vary by one: any cache may keep it for everyone (ETag, 304 on If-None-Match).
+    """
+    subject = selectors.environment_badge_subject(owner=owner, name=name, revision=request.GET.get("revision", ""))
+    style = badges.style_or_default(request.GET.get("style"))
+    shown = badges.BADGES[kind](subject, label=badges.custom_label(request.GET.get("label")))
+    headers = {"Cache-Control": BADGE_CACHE_CONTROL}
+    if fmt == "svg":
+        body = badges.badge_svg(shown, style=style).encode()
+    else:
+        body = json.dumps(badges.badge_endpoint(shown, style=style)).encode()
+        headers["Access-Control-Allow-Origin"] = "*"  # shields.io (and any page's script) fetches it
+    headers["ETag"] = quote_etag(hashlib.sha256(body).hexdigest()[:32])
+    asked = parse_etags(request.headers.get("If-None-Match", ""))
+    if "*" in asked or headers["ETag"] in (tag.removeprefix("W/") for tag in asked):
+        return HttpResponseNotModified(headers=headers)
+    return HttpResponse(body, content_type=BADGE_CONTENT_TYPES[fmt], headers=headers)
 
 
 def validation_report(request: HttpRequest, owner: str, name: str, run_id: int) -> HttpResponse:
