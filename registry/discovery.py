@@ -74,6 +74,9 @@ MAX_SNAPSHOT_BYTES = 4 * 1024 * 1024
 MAX_TEXT = 8192  # openenv's NonEmpty
 SIMULATION_CONTROLS = frozenset({"reset", "step", "state", "get_state"})
 _GITHUB_ID = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+# openenv's `Publisher`: an explicit DNS authority.
+_PUBLISHER = re.compile(r"(?=.{3,253}$)(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?\.)+[a-zA-Z]{2,63}")
+DEFAULT_PUBLISHER = "openenv-hub.localhost"
 
 
 class SnapshotError(ValueError):
@@ -128,7 +131,10 @@ def normalized(snapshot: dict) -> dict:
         for key in _CARD_OPTIONAL:
             if card.get(key, 0) is None:
                 del card[key]
-        card["license"] = _canonical_license(card["license"])
+        try:
+            card["license"] = _canonical_license(card["license"])
+        except InvalidLicenseExpression:
+            pass  # not a licence openenv would take: the profile rules refuse the snapshot for it
     return doc
 
 
@@ -150,6 +156,17 @@ def _canonical_license(value: str) -> str:
 
 
 # --- building a snapshot -------------------------------------------------------------------------------------
+
+
+def publisher_for(*, configured: str, site_url: str) -> str:
+    """Who publishes the snapshot: the configured DNS name, else the site's host when it is one (an address or a
+    bare `localhost` is not), else DEFAULT_PUBLISHER. A configured name that is not a DNS name is refused."""
+    if configured:
+        if not _PUBLISHER.fullmatch(configured):
+            raise ValueError(f"HUB_CATALOG_PUBLISHER={configured!r} is not a DNS name such as hub.example.org")
+        return configured
+    host = urlsplit(site_url).hostname or ""
+    return host if _PUBLISHER.fullmatch(host) else DEFAULT_PUBLISHER
 
 
 def identifier(publisher: str, uri: str, path: str, revision: str) -> str:
