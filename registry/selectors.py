@@ -30,9 +30,11 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.fields.json import KeyTextTransform
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Greatest
+from django.urls import reverse
 
+from registry import discovery
 from registry.models import (
     Environment,
     EnvironmentTag,
@@ -541,3 +543,36 @@ def validation_run_get(*, environment: Environment, run_id: int) -> ValidationRu
     """One run with its report."""
     return (ValidationRun.objects.filter(environment=environment, pk=run_id).select_related("revision")
             .defer(*_heavy("revision")).first())
+
+
+# --- the discovery catalog ----------------------------------------------------------------------------------
+
+
+def catalog_snapshot(*, publisher: str, catalog_url: str, site_url: str, hub: str) -> dict:
+    """The index as a discovery catalog snapshot (registry.discovery): every active environment with its head, the
+    licence its README declares, its manifest's spec_version and its verdict, read in one query; withdrawn ones are
+    not in it. Never reads a README or a file list."""
+    rows = (Environment.objects.filter(status=Environment.Status.ACTIVE)
+            .select_related("head", "verdict_run__revision")
+            .only("owner", "name", "source", "verdict_outcome", "validated_at", "mcp_tools", "catalog_entry", "source_revision",
+                  "head__sha", "head__manifest_name", "head__description", "head__tags", "head__openenv_requirement",
+                  "head__host", "head__subdomain", "verdict_run__revision__sha")
+            .annotate(readme_license=KeyTransform("license", "head__readme_front_matter"),
+                      spec_version=KeyTransform("spec_version", "head__manifest"))
+            .order_by("key"))
+    environments = []
+    for env in rows:
+        head, run = env.head, env.verdict_run
+        environments.append(discovery.CatalogEnvironment(
+            owner=env.owner, name=env.name, source=env.source,
+            revision=env.source_revision if env.source == Environment.Source.CATALOG else head.sha if head else "",
+            display_name=head.manifest_name if head else "", description=head.description if head else "",
+            tags=tuple(display_tags(head.tags if head else [])), license=env.readme_license,
+            spec_version=env.spec_version, openenv_requirement=head.openenv_requirement if head else "",
+            host=head.host if head else "", subdomain=head.subdomain if head else "",
+            page_url=site_url + reverse("registry:environment", kwargs={"owner": env.owner, "name": env.name}),
+            verdict={"outcome": env.verdict_outcome, "revision": run.revision.sha,
+                     "finished_at": env.validated_at.isoformat()} if run else None,
+            mcp_tools=tuple(t for t in env.mcp_tools or [] if isinstance(t, str)), imported=env.catalog_entry,
+        ))
+    return discovery.build_snapshot(publisher=publisher, catalog_url=catalog_url, environments=environments, hub=hub)

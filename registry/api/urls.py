@@ -2,6 +2,7 @@ from django.urls import path, re_path
 
 from registry import converters  # noqa: F401 - registers the <part:…> converter
 from registry.api import views
+from registry.api.catalog import catalog_snapshot
 from registry.api.errors import no_route
 
 app_name = "api"
@@ -16,5 +17,6 @@ urlpatterns = [
     path(f"environments/{_SEG}/validations/", views.ValidationRunList.as_view(), name="validation-list"),
     path(f"environments/{_SEG}/validations/latest/", views.ValidationRunLatest.as_view(), name="validation-latest"),
     path(f"environments/{_SEG}/validations/<int:run_id>/", views.ValidationRunDetail.as_view(), name="validation-detail"),
+    path("catalog.json", catalog_snapshot, name="catalog"),
     re_path(r"^(?:.*/)?$", no_route),  # last: everything else under /api/v1/ (without a slash, APPEND_SLASH redirects first)
 ]
