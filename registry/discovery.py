@@ -133,8 +133,8 @@ def normalized(snapshot: dict) -> dict:
                 del card[key]
         try:
             card["license"] = _canonical_license(card["license"])
-        except InvalidLicenseExpression:
-            pass  # not a licence openenv would take: the profile rules refuse the snapshot for it
+        except (KeyError, InvalidLicenseExpression):
+            pass  # not a card openenv would take: the schema or the profile rules refuse the snapshot for it
     return doc
 
 
