@@ -211,7 +211,8 @@ def test_a_snapshot_exported_from_one_index_imports_into_another_and_exports_the
     alpha = Environment.objects.select_related("head").get(key="local/alpha")
     assert alpha.source_provider == "local" and len(alpha.head.sha) == 64 and alpha.local_path == ""
     # Imported environments are in the catalog like the others, and the export of this index is the same bytes.
-    assert client.get("/environments/?q=echo").status_code == 200
+    assert "echo_env" in client.get("/environments/?q=echo").content.decode()
+    assert f"/spaces/openenv/echo_env@{echo.head.sha}" in client.get("/environments/openenv/echo_env/").content.decode()
     assert export(client).content == exported
 
     before = tables()
@@ -331,6 +332,9 @@ def test_openenvs_own_snapshot_imports_and_the_export_is_a_stock_snapshot_openen
         "catalog", "github", "envs/maze", commit)
     assert maze.source_uri == "https://github.com/acme/envs.git" and maze.head.sha == commit
     assert maze.head.manifest_name == "maze" and maze.head.openenv_requirement == "openenv[core]>=0.2.2"
+    page = client.get("/environments/acme/maze/").content.decode()  # its pull block points at its repository
+    assert f"git+https://github.com/acme/envs.git@{commit}#subdirectory=envs/maze" in page
+    assert "hf.space" not in page
 
     response = export(client)
     snapshot = json.loads(response.content)
