@@ -50,7 +50,6 @@ import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from jsonschema import Draft202012Validator
@@ -59,6 +58,7 @@ from packaging.licenses import InvalidLicenseExpression, canonicalize_license_ex
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from registry.conformance.static import _reject_constant, _unique_object  # the strict JSON reader the probe uses
 from registry.pulls import HUB_WEB, PullTarget, pull_forms
 
 PROFILE_VERSION = "0.1-draft"
@@ -350,28 +350,17 @@ def schema_problem(snapshot: object, schema: dict) -> str | None:
     return f"at {where}: {error.message[:300]}"
 
 
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
-    result = {}
-    for key, value in pairs:
-        if key in result:
-            raise SnapshotError(f"The snapshot is not valid JSON: the key {key[:80]!r} appears twice in one object.")
-        result[key] = value
-    return result
-
-
-def _no_constant(value: str):
-    raise SnapshotError(f"The snapshot is not valid JSON: {value} is not a JSON number.")
-
-
 def parse_snapshot(data: bytes) -> dict:
     """A snapshot read from bytes and checked through: schema, profile rules, digest, completeness. Returns it
     normalized (as its digest was computed); raises SnapshotError with one sentence saying what is wrong."""
     if len(data) > MAX_SNAPSHOT_BYTES:
         raise SnapshotError(f"The snapshot is larger than {MAX_SNAPSHOT_BYTES // (1024 * 1024)} MiB.")
     try:
-        snapshot = json.loads(data.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        snapshot = json.loads(data.decode("utf-8"), object_pairs_hook=_unique_object, parse_constant=_reject_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise SnapshotError(f"The snapshot is not valid JSON in UTF-8 ({str(exc)[:200]}).") from None
+    except ValueError as exc:  # a key twice in one object, NaN or Infinity: JSON openenv's reader refuses too
+        raise SnapshotError(f"The snapshot is not valid JSON: {str(exc)[:200]}.") from None
     check_snapshot(snapshot)
     return normalized(snapshot)
 
@@ -481,7 +470,8 @@ def _rule_problem(snapshot: dict, hub: bool) -> str | None:
             if source["provider"] == "huggingface" and not (
                     source["path"] == "." and isinstance(ours, dict) and ours.get("repo_type") == "space"
                     and ours.get("repo_id") == source["id"] and ours.get("revision") == source["revision"]):
-                return f"{where}: a Space's card has path '.' and metadata.huggingface names the same Space and revision"
+                return (f"{where}: a Space's card has path '.' and metadata.huggingface names the same Space and "
+                        "revision")
         else:
             if (source["id"], source["uri"], source["revision"]) != (top["id"], top["uri"], top["revision"]):
                 return f"{where}: its source differs from the snapshot's repository"

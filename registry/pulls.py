@@ -111,8 +111,9 @@ def _git_forms(target: PullTarget) -> list[PullForm]:
     subdirectory = "" if target.path == "." else f"#subdirectory={target.path}"
     clone_dir, folder = shlex.quote(target.name), shlex.quote(target.path)
     return [
-        PullForm("pip", "Package, pinned", f"pip install {shlex.quote(f'git+{target.repo_uri}@{target.sha}{subdirectory}')}",
-                 "shell", "Installs the environment's own package at exactly this commit."),
+        PullForm("pip", "Package, pinned",
+                 f"pip install {shlex.quote(f'git+{target.repo_uri}@{target.sha}{subdirectory}')}", "shell",
+                 "Installs the environment's own package at exactly this commit."),
         PullForm("local_run", "Run it locally, pinned",
                  f"git clone {shlex.quote(target.repo_uri)} {clone_dir}\ncd {clone_dir}\ngit checkout {target.sha}\n"
                  f"cd {folder}\npip install -e .\nuvicorn {shlex.quote(target.app)} --port {target.port}", "shell",

@@ -554,9 +554,9 @@ def catalog_snapshot(*, publisher: str, catalog_url: str, site_url: str, hub: st
     not in it. Never reads a README or a file list."""
     rows = (Environment.objects.filter(status=Environment.Status.ACTIVE)
             .select_related("head", "verdict_run__revision")
-            .only("owner", "name", "source", "verdict_outcome", "validated_at", "mcp_tools", "catalog_entry", "source_revision",
-                  "head__sha", "head__manifest_name", "head__description", "head__tags", "head__openenv_requirement",
-                  "head__host", "head__subdomain", "verdict_run__revision__sha")
+            .only("owner", "name", "source", "verdict_outcome", "validated_at", "mcp_tools", "catalog_entry",
+                  "source_revision", "head__sha", "head__manifest_name", "head__description", "head__tags",
+                  "head__openenv_requirement", "head__host", "head__subdomain", "verdict_run__revision__sha")
             .annotate(readme_license=KeyTransform("license", "head__readme_front_matter"),
                       spec_version=KeyTransform("spec_version", "head__manifest"))
             .order_by("key"))

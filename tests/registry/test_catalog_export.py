@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from django.core.management import call_command
-from django.urls import reverse
 from jsonschema import Draft202012Validator
 
 from registry import discovery, services
@@ -26,8 +25,8 @@ SHA = "0123456789abcdef0123456789abcdef01234567"
 
 def openenv_dir(openenv_python: str) -> Path:
     """The installed openenv package of the sandbox venv (not our vendored copy)."""
-    out = subprocess.run([openenv_python, "-c", "import openenv, pathlib; print(pathlib.Path(openenv.__file__).parent)"],
-                         capture_output=True, text=True, check=True, timeout=60)
+    code = "import openenv, pathlib; print(pathlib.Path(openenv.__file__).parent)"
+    out = subprocess.run([openenv_python, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     return Path(out.stdout.strip())
 
 
@@ -125,6 +124,7 @@ def test_the_export_lists_every_active_environment_and_validates_against_the_ins
     echo = next(e for e in snapshot["entries"] if e["data"]["source"]["id"] == "openenv/echo_env")
     env = Environment.objects.select_related("head").get(key="openenv/echo_env")
     assert echo["data"]["source"]["revision"] == env.head.sha
+    assert echo["data"]["manifest_spec_version"] == 1  # the manifest's own type, read in SQL without the manifest
     assert echo["metadata"]["huggingface"]["pip"].endswith(f"/spaces/openenv/echo_env@{env.head.sha}")
     assert echo["metadata"]["openenv-hub"]["page"] == f"{settings.SITE_URL}/environments/openenv/echo_env/"
 
