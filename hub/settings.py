@@ -125,6 +125,9 @@ DEBUG = env_bool("DEBUG", False)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 SITE_URL = env_str("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [SITE_URL])
+# The DNS name that publishes /api/v1/catalog.json (the `urn:air:<publisher>:` of its identifiers); empty: SITE_URL's
+# host when that is a DNS name, else openenv-hub.localhost.
+HUB_CATALOG_PUBLISHER = env_str("HUB_CATALOG_PUBLISHER")
 
 INSTALLED_APPS = [
     "django.contrib.admin",

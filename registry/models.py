@@ -25,16 +25,21 @@ def environment_key(owner: str, name: str) -> str:
 
 
 class Environment(models.Model):
-    """One environment: a Hub Space `owner/name`, or one folder of a local source.
+    """One environment: a Hub Space `owner/name`, one folder of a local source, or an entry of an imported
+    discovery catalog snapshot.
 
     Invariants: `key` (the case-folded `owner/name`) is unique; rows are never
     deleted; `head` is one of the environment's own revisions (kept by
-    services.revision_record); a withdrawn environment has a reason and a time.
+    services.revision_record); a withdrawn environment has a reason and a time;
+    an imported one (source `catalog`) says where its code is (`source_provider`,
+    `source_uri`, `source_path`, `source_revision`) and which snapshot scope it
+    came from (`catalog_scope`), and keeps the entry as imported.
     """
 
     class Source(models.TextChoices):
         HUGGINGFACE = "huggingface", "Hugging Face Hub"
         LOCAL = "local", "Local source"
+        CATALOG = "catalog", "Imported from a catalog snapshot"
 
     class Status(models.TextChoices):
         ACTIVE = "active", "Active"
@@ -60,6 +65,15 @@ class Environment(models.Model):
         null=True, blank=True,
         help_text="When the Hub said what head is (its freshest news seen): older news never moves head.")
     local_path = models.CharField(max_length=1024, blank=True, help_text="For local sources: the package folder.")
+    # What an imported entry's card says of its source; empty for the other sources.
+    source_provider = models.CharField(max_length=32, blank=True, help_text="Imported: github, huggingface or local.")
+    source_uri = models.CharField(max_length=1024, blank=True, help_text="Imported: the source's repository or page.")
+    source_path = models.CharField(max_length=1024, blank=True, help_text="Imported: the folder within the source.")
+    source_revision = models.CharField(max_length=128, blank=True, help_text="Imported: the revision, as declared.")
+    catalog_scope = models.CharField(
+        max_length=1300, blank=True,
+        help_text="Imported: the snapshot's publisher and source URI; a later complete snapshot of it withdraws what it omits.")
+    catalog_entry = models.JSONField(null=True, blank=True, help_text="Imported: the entry as imported (normalized).")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(help_text="When the head revision or the status last changed.")
     changed_at = models.DateTimeField(
@@ -85,7 +99,10 @@ class Environment(models.Model):
     class Meta:
         ordering = ["key"]
         constraints = [
-            models.CheckConstraint(condition=Q(source__in=["huggingface", "local"]), name="environment_source_valid"),
+            models.CheckConstraint(condition=Q(source__in=["huggingface", "local", "catalog"]),
+                                   name="environment_source_valid"),
+            models.CheckConstraint(condition=~Q(source="catalog") | ~Q(source_provider="") & Q(catalog_entry__isnull=False),
+                                   name="environment_catalog_has_source"),
             models.CheckConstraint(condition=Q(status__in=["active", "withdrawn"]), name="environment_status_valid"),
             models.CheckConstraint(
                 condition=Q(status="active") | Q(status_changed_at__isnull=False), name="environment_withdrawn_has_time"

@@ -42,12 +42,14 @@ class PullTarget:
     owner: str
     name: str
     sha: str
-    source: str = "huggingface"  # or "local"
+    source: str = "huggingface"  # or "local", or "git" (a folder of a git repository, e.g. an imported GitHub card)
     host: str = ""  # the Hub's `host` fact, e.g. https://openenv-echo-env.hf.space
     subdomain: str = ""  # the Hub's `subdomain` fact
     app: str = "server.app:app"  # the manifest's `app`
     port: int = 8000
     local_path: str = ""  # for local sources, shown to staff only (empty: a placeholder is used)
+    repo_uri: str = ""  # for "git": the repository's clone URI
+    path: str = "."  # for "git": the environment's folder in it
     hub: str = HUB_WEB  # the Hub's web address (HF_ENDPOINT)
 
     @property
@@ -72,6 +74,8 @@ def pull_forms(target: PullTarget) -> list[PullForm]:
     """Every form, pinned to `target.sha` wherever the form can be pinned, in the order a page shows them."""
     if target.source == "local":
         return _local_forms(target)
+    if target.source == "git":
+        return _git_forms(target)
     host = space_host(target)
     subdomain = host.removeprefix("https://").split(".", 1)[0]
     derived = f"https://{openenv_derived_subdomain(target.repo_id)}.hf.space"
@@ -99,6 +103,20 @@ def pull_forms(target: PullTarget) -> list[PullForm]:
         PullForm("local_run", "Run it locally, pinned",
                  f"git clone {shlex.quote(repo)} {clone_dir}\ncd {clone_dir}\ngit checkout {target.sha}\n"
                  f"pip install -e .\nuvicorn {shlex.quote(target.app)} --port {target.port}", "shell",
+                 f"Serves this exact revision on http://127.0.0.1:{target.port} (WebSocket at /ws)."),
+    ]
+
+
+def _git_forms(target: PullTarget) -> list[PullForm]:
+    subdirectory = "" if target.path == "." else f"#subdirectory={target.path}"
+    clone_dir, folder = shlex.quote(target.name), shlex.quote(target.path)
+    return [
+        PullForm("pip", "Package, pinned",
+                 f"pip install {shlex.quote(f'git+{target.repo_uri}@{target.sha}{subdirectory}')}", "shell",
+                 "Installs the environment's own package at exactly this commit."),
+        PullForm("local_run", "Run it locally, pinned",
+                 f"git clone {shlex.quote(target.repo_uri)} {clone_dir}\ncd {clone_dir}\ngit checkout {target.sha}\n"
+                 f"cd {folder}\npip install -e .\nuvicorn {shlex.quote(target.app)} --port {target.port}", "shell",
                  f"Serves this exact revision on http://127.0.0.1:{target.port} (WebSocket at /ws)."),
     ]
 

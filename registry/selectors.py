@@ -33,8 +33,9 @@ from django.db.models import (
 )
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Greatest
+from django.urls import reverse
 
-from registry import badges
+from registry import badges, discovery
 from registry.models import (
     Environment,
     EnvironmentTag,
@@ -622,3 +623,36 @@ def environment_badge_subject(*, owner: str, name: str, revision: str = "") -> b
     # The Space serves only the head: whether it sleeps says nothing about an older revision.
     return badges.Subject(outcome=found.latest_outcome or "", sleeping=asleep and found.pk == head_id,
                           version=found.manifest_version, sha=found.sha)
+
+
+# --- the discovery catalog ----------------------------------------------------------------------------------
+
+
+def catalog_snapshot(*, publisher: str, catalog_url: str, site_url: str, hub: str) -> dict:
+    """The index as a discovery catalog snapshot (registry.discovery): every active environment with its head, the
+    licence its README declares, its manifest's spec_version and its verdict, read in one query; withdrawn ones are
+    not in it. Never reads a README or a file list."""
+    rows = (Environment.objects.filter(status=Environment.Status.ACTIVE)
+            .select_related("head", "verdict_run__revision")
+            .only("owner", "name", "source", "verdict_outcome", "validated_at", "mcp_tools", "catalog_entry",
+                  "source_revision", "head__sha", "head__manifest_name", "head__description", "head__tags",
+                  "head__openenv_requirement", "head__host", "head__subdomain", "verdict_run__revision__sha")
+            .annotate(readme_license=KeyTransform("license", "head__readme_front_matter"),
+                      spec_version=KeyTransform("spec_version", "head__manifest"))
+            .order_by("key"))
+    environments = []
+    for env in rows:
+        head, run = env.head, env.verdict_run
+        environments.append(discovery.CatalogEnvironment(
+            owner=env.owner, name=env.name, source=env.source,
+            revision=env.source_revision if env.source == Environment.Source.CATALOG else head.sha if head else "",
+            display_name=head.manifest_name if head else "", description=head.description if head else "",
+            tags=tuple(display_tags(head.tags if head else [])), license=env.readme_license,
+            spec_version=env.spec_version, openenv_requirement=head.openenv_requirement if head else "",
+            host=head.host if head else "", subdomain=head.subdomain if head else "",
+            page_url=site_url + reverse("registry:environment", kwargs={"owner": env.owner, "name": env.name}),
+            verdict={"outcome": env.verdict_outcome, "revision": run.revision.sha,
+                     "finished_at": env.validated_at.isoformat()} if run else None,
+            mcp_tools=tuple(t for t in env.mcp_tools or [] if isinstance(t, str)), imported=env.catalog_entry,
+        ))
+    return discovery.build_snapshot(publisher=publisher, catalog_url=catalog_url, environments=environments, hub=hub)

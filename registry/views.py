@@ -93,9 +93,12 @@ def _pull_target(env: Environment, revision, *, staff: bool) -> PullTarget:
     manifest = revision.manifest if isinstance(revision.manifest, dict) else {}
     app = manifest.get("app") if isinstance(manifest.get("app"), str) else "server.app:app"
     port = manifest.get("port") if isinstance(manifest.get("port"), int) and 0 < manifest.get("port") < 65536 else 8000
-    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=env.source, host=revision.host,
+    source = env.source
+    if source == Environment.Source.CATALOG:  # imported: pull from where its card says its code is
+        source = {"huggingface": "huggingface", "github": "git"}.get(env.source_provider, "local")
+    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=source, host=revision.host,
                       subdomain=revision.subdomain, app=app, port=port, hub=settings.HF_ENDPOINT,
-                      local_path=env.local_path if staff else "")
+                      local_path=env.local_path if staff else "", repo_uri=env.source_uri, path=env.source_path)
 
 
 def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:

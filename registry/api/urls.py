@@ -2,6 +2,7 @@ from django.urls import path, re_path
 
 from registry import converters  # noqa: F401 - registers the <part:…> converter
 from registry.api import views
+from registry.api.catalog import catalog_snapshot
 from registry.api.errors import no_route
 
 app_name = "api"
@@ -19,5 +20,6 @@ urlpatterns = [
     path(f"environments/{_SEG}/validations/<int:run_id>/", views.ValidationRunDetail.as_view(), name="validation-detail"),
     path("tags/", views.TagList.as_view(), name="tag-list"),
     path("owners/", views.OwnerList.as_view(), name="owner-list"),
+    path("catalog.json", catalog_snapshot, name="catalog"),
     re_path(r"^(?:[\s\S]*/)?$", no_route),  # last: everything else under /api/v1/ (without a slash, APPEND_SLASH redirects first)
 ]

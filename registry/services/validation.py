@@ -253,6 +253,7 @@ def validation_reprobe_schedule(*, older_than_s: float | None = None, limit: int
     cutoff = timezone.now() - timedelta(seconds=older_than_s)
     envs = (
         Environment.objects.filter(status=Environment.Status.ACTIVE, head__isnull=False)
+        .exclude(source=Environment.Source.CATALOG)  # imported entries: no code of theirs runs here
         .exclude(validation_runs__queued_at__gte=cutoff)
         .select_related("head")
         .order_by("key")[:limit]
