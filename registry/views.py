@@ -186,7 +186,9 @@ def badge(request: HttpRequest, owner: str, name: str, kind: str, fmt: str) -> H
 
     Always 200 with a badge (grey "unknown" for no such environment or revision), never a broken image; one
     query, two with `?revision=`. It reads no session, user or CSRF token, so the answer sets no cookie and
-    does not vary by one: any cache may keep it for everyone (ETag, 304 on If-None-Match).
+    does not vary by one: any cache may keep it for everyone (ETag, 304 on If-None-Match). Any page's script
+    (shields.io's endpoint badge among them) may read it: ReadOnlyCorsMiddleware shares /badges/ as it shares
+    the API.
     """
     subject = selectors.environment_badge_subject(owner=owner, name=name, revision=request.GET.get("revision", ""))
     style = badges.style_or_default(request.GET.get("style"))
@@ -196,7 +198,6 @@ def badge(request: HttpRequest, owner: str, name: str, kind: str, fmt: str) -> H
         body = badges.badge_svg(shown, style=style).encode()
     else:
         body = json.dumps(badges.badge_endpoint(shown, style=style)).encode()
-        headers["Access-Control-Allow-Origin"] = "*"  # shields.io (and any page's script) fetches it
     headers["ETag"] = quote_etag(hashlib.sha256(body).hexdigest()[:32])
     asked = parse_etags(request.headers.get("If-None-Match", ""))
     if "*" in asked or headers["ETag"] in (tag.removeprefix("W/") for tag in asked):
