@@ -93,8 +93,8 @@ def seed(n: int) -> None:
         cursor.execute("ANALYZE")
 
 
-def serve(port: int) -> subprocess.Popen:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.web_settings"}
+def serve(port: int, **extra_env: str) -> subprocess.Popen:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "bench.web_settings", **extra_env}
     subprocess.run([sys.executable, "manage.py", "collectstatic", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "hub.wsgi", "--bind", f"127.0.0.1:{port}",
                              "--workers", "2", "--log-level", "warning"], cwd=ROOT, env=env)
@@ -107,18 +107,28 @@ def serve(port: int) -> subprocess.Popen:
     raise RuntimeError("gunicorn never answered")
 
 
-def timed(client: httpx.Client, paths: list[str]) -> tuple[float, float]:
-    for path in paths[:20]:  # warm caches, connections and READMEs rendered at first view
+def latencies(client: httpx.Client, paths: list[str], requests: int = REQUESTS) -> list[float]:
+    """Milliseconds of `requests` sequential GETs cycling through `paths`, sorted, after warming up (caches,
+    connections, READMEs rendered at first view)."""
+    for path in paths[:20]:
         assert client.get(path).status_code == 200, path
     samples = []
-    for i in range(REQUESTS):
+    for i in range(requests):
         path = paths[i % len(paths)]
         started = time.perf_counter()
         response = client.get(path)
         samples.append((time.perf_counter() - started) * 1000)
         assert response.status_code == 200, (path, response.status_code)
-    samples.sort()
-    return statistics.median(samples), samples[int(len(samples) * 0.95) - 1]
+    return sorted(samples)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    return statistics.median(samples) if q == 50 else samples[max(0, round(len(samples) * q / 100) - 1)]
+
+
+def timed(client: httpx.Client, paths: list[str]) -> tuple[float, float]:
+    samples = latencies(client, paths)
+    return percentile(samples, 50), percentile(samples, 95)
 
 
 def run(n: int, port: int) -> dict[str, tuple[float, float]]:

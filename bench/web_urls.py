@@ -1,8 +1,9 @@
-"""The hub's URLs plus /bench/floor/: a bare Django view rendering a constant template (no query, no middleware
-work beyond the hub's own), measured beside the pages to show what the stack itself costs."""
+"""The hub's URLs plus the floors of the stack, measured beside the hub's answers to show what Django itself
+costs: /bench/floor/ renders a constant template, /bench/floor.json answers a constant JSON object and
+/bench/floor.svg a constant SVG (no query, no work beyond the hub's middleware)."""
 
+from django.http import HttpResponse, JsonResponse
 from django.template import engines
-from django.http import HttpResponse
 from django.urls import include, path
 
 _FLOOR = engines["django"].from_string(
@@ -14,4 +15,17 @@ def floor(request):
     return HttpResponse(_FLOOR.render({"title": "floor"}, request))
 
 
-urlpatterns = [path("bench/floor/", floor), path("", include("hub.urls"))]
+def floor_json(request):
+    return JsonResponse({"floor": True, "items": []})
+
+
+_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="90" height="20" role="img" aria-label="floor">'
+        '<rect width="90" height="20" fill="#555"/></svg>').encode()
+
+
+def floor_svg(request):
+    return HttpResponse(_SVG, content_type="image/svg+xml; charset=utf-8")
+
+
+urlpatterns = [path("bench/floor/", floor), path("bench/floor.json", floor_json), path("bench/floor.svg", floor_svg),
+               path("", include("hub.urls"))]
