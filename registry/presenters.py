@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.conformance.report import PROPERTY_ORDER
+
 MAX_ROWS = 80
 MAX_DEPTH = 3
 MAX_TEXT = 300
@@ -93,6 +95,15 @@ def _constraints(schema: dict) -> list[str]:
     return out
 
 
+def _in_declared_order(node: dict, properties: dict) -> list[tuple[str, Any]]:
+    """The properties in the order the server declared them (recorded by the probe, since the database may
+    reorder an object's keys), then any the record does not name."""
+    recorded = node.get(PROPERTY_ORDER)
+    order = [k for k in recorded if isinstance(k, str) and k in properties] if isinstance(recorded, list) else []
+    order = list(dict.fromkeys(order))
+    return [(k, properties[k]) for k in order] + [(k, v) for k, v in properties.items() if k not in set(order)]
+
+
 def schema_rows(schema: Any) -> list[SchemaRow]:
     """The fields of an object schema as table rows (nested objects as `parent.child`, a few levels deep),
     at most MAX_ROWS; an unusable schema gives no rows."""
@@ -107,7 +118,7 @@ def schema_rows(schema: Any) -> list[SchemaRow]:
             return
         required = set(r for r in node.get("required", []) if isinstance(r, str)) if isinstance(
             node.get("required"), list) else set()
-        for name, child in list(properties.items()):
+        for name, child in _in_declared_order(node, properties):
             if len(rows) >= MAX_ROWS:
                 return
             child = _resolve(schema, child if isinstance(child, dict) else {})

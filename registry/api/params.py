@@ -84,11 +84,6 @@ class EnvironmentListParams(serializers.Serializer):
             data = cleaned
         return super().to_internal_value(data)
 
-    def validate(self, data):
-        if data.get("q", "").find("\x00") >= 0:
-            raise serializers.ValidationError({"q": ["must not contain NUL"]})
-        return data
-
     def query(self) -> tuple[selectors.CatalogQuery, str]:
         """The catalog state and the order to page it in."""
         data = self.validated_data

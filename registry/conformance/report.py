@@ -61,6 +61,25 @@ def json_safe(value: Any, depth: int = 0) -> Any:
     return str(value)[:2000]
 
 
+# PostgreSQL's jsonb keeps an object's keys in its own order, not the server's: a schema stored there would list
+# its fields out of their declared order. The order is written beside each `properties` under this key.
+PROPERTY_ORDER = "x-openenv-hub-order"
+
+
+def with_property_order(schema: Any, depth: int = 0) -> Any:
+    """`schema` (plain JSON) with every `properties` object's key order recorded under PROPERTY_ORDER."""
+    if depth > 20:
+        return schema
+    if isinstance(schema, list):
+        return [with_property_order(v, depth + 1) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: with_property_order(v, depth + 1) for k, v in schema.items()}
+    if isinstance(schema.get("properties"), dict) and PROPERTY_ORDER not in schema:
+        out[PROPERTY_ORDER] = list(schema["properties"])
+    return out
+
+
 def _size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 

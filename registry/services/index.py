@@ -318,11 +318,11 @@ def _live_facts_refresh(items: list[tuple[Environment, SpaceFacts]]) -> None:
             head_news = ({"head_observed_at": Greatest(Coalesce("head_observed_at", Value(observed)), Value(observed))}
                          if observed else {})
             Environment.objects.filter(pk__in=ids).update(last_seen_at=now, **head_news)
-        if changed:
-            catalog_changed()  # likes and runtime stages are sorted and counted by the catalog
             # The Hub answered for these Spaces: earlier failures to reach it no longer describe them.
             IndexProblem.objects.filter(environment_id__in=ids, transient=True, resolved_at__isnull=True).update(
                 resolved_at=now)
+        if changed:
+            catalog_changed()  # likes and runtime stages are sorted and counted by the catalog
 
 
 def _withdraw_if_gone(client: HubClient, environment: Environment) -> str:

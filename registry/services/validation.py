@@ -17,6 +17,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from registry.conformance import POLICY_VERSION, VALIDATOR_VERSION
+from registry.conformance.report import with_property_order
 from registry.identity import HubUser
 from registry.models import Environment, Revision, ValidationRun
 from registry.services.catalog import environment_catalog_refresh
@@ -146,8 +147,9 @@ def validation_run_heartbeat(*, run_id: int, attempt: int | None = None) -> None
 def validation_run_finish(*, run_id: int, outcome: str, report: dict | None, reason: str = "",
                           target_url: str = "", attempt: int | None = None, stale_before=None,
                           observed: dict | None = None) -> bool:
-    """running → finished with an outcome, the report and what the server showed (`observed`), and the
-    environment's catalog summary follows. False when the run was no longer running (or, given `attempt`, is
+    """running → finished with an outcome, the report and what the server showed (`observed`: its schemas keep
+    their fields' declared order, which the database would not), and the environment's catalog summary follows.
+    False when the run was no longer running (or, given `attempt`, is
     in a later attempt: a superseded worker's verdict is dropped; given `stale_before`, it beat since)."""
     failing = [
         r["check_id"] for r in (report or {}).get("results", [])
@@ -156,7 +158,7 @@ def validation_run_finish(*, run_id: int, outcome: str, report: dict | None, rea
     with transaction.atomic():
         finished = bool(_running(run_id, attempt, stale_before=stale_before).update(
             state=State.FINISHED, outcome=outcome, report=report, failing_checks=failing, reason=reason[:2000],
-            target_url=target_url[:500], finished_at=timezone.now(), observed=observed,
+            target_url=target_url[:500], finished_at=timezone.now(), observed=with_property_order(observed),
         ))
         if finished:
             environment_id = ValidationRun.objects.filter(pk=run_id).values_list("environment_id", flat=True).get()

@@ -230,6 +230,9 @@ def test_the_environment_page_shows_what_a_user_needs(client, catalog):
     # Schemas as tables: field, type, required, description, constraints.
     assert "<td>message <span class=\"req\" title=\"required\">required</span></td><td>string</td>" in page
     assert "max length 100" in page and "one of loud, quiet" in page and "string | null" in page
+    # Fields in the order the server declared them, though PostgreSQL's jsonb puts `mode` before `message`.
+    action = page.split("<td>message", 1)[1]
+    assert "<td>mode" in action and "<td>message" not in action.split("<td>mode", 1)[0] + "x"
     # MCP tools with their input schemas; the sample episode; the report.
     assert "<h3><code>add</code></h3>" in page and "Adds two numbers." in page
     assert "A sample episode" in page and "{&quot;message&quot;: &quot;hello&quot;}" in page and "reward 0.05" in page
@@ -396,3 +399,21 @@ def test_cached_facet_counts_follow_every_change(client, catalog, django_capture
     with django_capture_on_commit_callbacks(execute=True):
         finish(Environment.objects.get(name="quiet_env"), "pass")
     assert passing() == 3  # a verdict changed: the catalog's version moved on, so did the counts
+
+
+def test_schema_fields_keep_their_declared_order_whatever_the_database_does():
+    from registry.conformance.report import PROPERTY_ORDER, with_property_order
+    from registry.presenters import schema_rows
+
+    declared = {"type": "object", "properties": {"zeta_long": {"type": "string"}, "a": {"type": "object",
+                "properties": {"yy": {"type": "integer"}, "b": {"type": "number"}}}}}
+    recorded = with_property_order(declared)
+    assert recorded[PROPERTY_ORDER] == ["zeta_long", "a"] and recorded["properties"]["a"][PROPERTY_ORDER] == ["yy", "b"]
+    # As jsonb hands it back: shorter keys first.
+    reordered = {"type": "object", PROPERTY_ORDER: ["zeta_long", "a"], "properties": {
+        "a": {"type": "object", "properties": {"b": {"type": "number"}, "yy": {"type": "integer"}},
+              PROPERTY_ORDER: ["yy", "b"]}, "zeta_long": {"type": "string"}}}
+    assert [r.name for r in schema_rows(reordered)] == ["zeta_long", "a", "a.yy", "a.b"]
+    # A record that names too little, too much or nonsense never hides a field.
+    reordered[PROPERTY_ORDER] = ["a", "ghost", 3]
+    assert [r.name for r in schema_rows(reordered)] == ["a", "a.yy", "a.b", "zeta_long"]
