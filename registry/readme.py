@@ -10,7 +10,8 @@ so the invariant rests on the sanitizer alone, whatever the parser emits:
 * relative URLs point at the Space's files at the revision's commit, or are
   dropped when there is no Hub to point at (a local source);
 * heading ids are prefixed with `readme-` so a README cannot shadow the page's;
-* the cost is linear in the input: see `_bound_raw_html` and `_bound_runs`.
+* the cost is linear in the input, where the HTML5 tree builder alone would not
+  be: see `_raw_html`, `_DISGUISED` and `_bound_runs`.
 
 Callers cache the HTML beside `RENDERER_VERSION` and re-render when it changes.
 """
@@ -73,7 +74,7 @@ def readme_text(markdown: str, *, limit: int) -> str:
 
 # Raw HTML start tags honoured per README; past this the rest is shown as text. HTML5 tree building costs
 # time proportional to the depth of open elements for every block element (the "p in button scope" check),
-# so a million unclosed `<div>`s would be quadratic; a few thousand are a few milliseconds.
+# so a million unclosed `<div>`s would be quadratic; capped, the depth is a constant factor.
 MAX_RAW_HTML_TAGS = 2000
 _RAW_TAG = re.compile(r"<[A-Za-z]")
 MAX_SLUG_CHARS = 80
@@ -96,20 +97,23 @@ def _shape(state: StateCore) -> None:
             if style.startswith("text-align:"):
                 token.attrSet("align", style.removeprefix("text-align:"))
         elif token.type == "html_block":
-            raw_tags = _bound_raw_html(token, raw_tags)
+            raw_tags = _raw_html(token, raw_tags)
         elif token.type == "inline":
             for child in token.children or []:
                 if child.type == "html_inline":
-                    raw_tags = _bound_raw_html(child, raw_tags)
+                    raw_tags = _raw_html(child, raw_tags)
                 elif child.type in ("s_open", "s_close"):
                     child.tag = "del"
 
 
-def _bound_raw_html(token: Token, used: int) -> int:
-    """Count the token's start tags against MAX_RAW_HTML_TAGS; once over, the token renders as escaped text."""
+def _raw_html(token: Token, used: int) -> int:
+    """Count the token's start tags against MAX_RAW_HTML_TAGS (once over, the token renders as escaped text) and
+    disguise its table and formatting tags (see `_DISGUISED`)."""
     used += len(_RAW_TAG.findall(token.content))
     if used > MAX_RAW_HTML_TAGS:
         token.type = "text"
+    else:
+        token.content = _RAW_DISGUISED_TAG.sub(rf"<\1{_DISGUISE}\2", token.content)
     return used
 
 
@@ -164,6 +168,7 @@ _TAGS = {
     "details", "summary", "div", "span",
 }
 _ATTRIBUTES = {
+    "*": set(),  # not even ammonia's default lang and title
     **{h: {"id"} for h in _HEADINGS},
     "a": {"href", "title"},
     "img": {"src", "alt", "title", "width", "height"},
@@ -173,6 +178,8 @@ _ATTRIBUTES = {
 }
 _ALIGN = {"left", "center", "right"}
 _ALIGNED = {"th", "td", "p", "div", "img", *_HEADINGS}
+_LINK_REL = "nofollow noopener noreferrer"
+_SET_ATTRIBUTES = {"img": {"loading": "lazy", "referrerpolicy": "no-referrer"}}
 # Elements whose content is not prose: dropped whole rather than shown as stray text.
 _CLEAN_CONTENT = {
     "script", "style", "iframe", "object", "noscript", "template", "textarea", "title", "xmp",
@@ -180,13 +187,52 @@ _CLEAN_CONTENT = {
 }
 _LANGUAGE_CLASS = re.compile(r"language-[A-Za-z0-9_+#.-]{1,40}")
 
+# Table and formatting tags written as raw HTML reach the sanitizer disguised as unknown elements and get their
+# names back after it, because the HTML5 tree builder treats them specially at a cost the input controls:
+# - in a table mode every stray node is "foster parented" in front of the table, at a cost that grows with the
+#   table's siblings: a `<table>` left open above a megabyte of paragraphs, or a `<col>` in a markdown table
+#   cell before a megabyte of text, is quadratic;
+# - open formatting elements are re-created in every block that follows the one that closed them: a thousand
+#   `<em title=…>` before a thousand `<div>`s makes a million elements out of 30 KB.
+# Disguised, they nest like a <span>. Markdown's own tables and emphasis are always well formed and keep their
+# names. Renaming back is safe because the output holds no element whose content a browser tokenizes
+# differently (no script, style, textarea, svg, comments): a browser rebuilding the tree only moves sanitized
+# nodes around.
+_DISGUISED = (
+    "table", "caption", "colgroup", "col", "thead", "tbody", "tfoot", "tr", "th", "td",
+    "a", "b", "big", "code", "em", "font", "i", "nobr", "s", "small", "strike", "strong", "tt", "u",
+)
+_DISGUISE = "readme-"
+_RAW_DISGUISED_TAG = re.compile(rf"<(/?)({'|'.join(_DISGUISED)})(?=[\s/>]|$)", re.IGNORECASE)
+# Also in escaped text, where a raw attribute value like title="<table>" was renamed too.
+_DISGUISED_TAG = re.compile(rf"(<|&lt;)(/?){_DISGUISE}({'|'.join(_DISGUISED)})\b")
+
+
+def _disguised(allowed: dict) -> dict:
+    """An allow-list entry keyed by tag, extended to the disguised names of the tags it covers."""
+    return {**allowed, **{_DISGUISE + tag: value for tag, value in allowed.items() if tag in _DISGUISED}}
+
 
 def _code_class(tag: str, attribute: str, value: str) -> str | None:
     """Keep only `language-*` classes on `<code>` (a syntax highlighter's hook, nothing to style the page with)."""
-    if tag == "code" and attribute == "class":
+    if tag.removeprefix(_DISGUISE) == "code" and attribute == "class":
         kept = [name for name in value.split() if _LANGUAGE_CLASS.fullmatch(name)]
         return " ".join(kept) or None
     return value
+
+
+_CLEANER = dict(
+    tags=_TAGS | {_DISGUISE + tag for tag in _TAGS.intersection(_DISGUISED)},
+    clean_content_tags=_CLEAN_CONTENT,
+    attributes=_disguised(_ATTRIBUTES),
+    tag_attribute_values=_disguised({tag: {"align": _ALIGN} for tag in _ALIGNED}),
+    attribute_filter=_code_class,
+    url_schemes=URL_SCHEMES,
+    link_rel=_LINK_REL,
+    # link_rel only knows <a> by its real name.
+    set_tag_attribute_values={**_SET_ATTRIBUTES, _DISGUISE + "a": {"rel": _LINK_REL}},
+    id_prefix=ID_PREFIX,
+)
 
 
 def _render(markdown: str, repo: RepoRef | None) -> str:
@@ -195,20 +241,8 @@ def _render(markdown: str, repo: RepoRef | None) -> str:
     markdown = markdown[: manifest.MAX_README_BYTES].encode("utf-8", "replace").decode("utf-8")
     _, body = manifest.split_front_matter(markdown)
     html = _bound_runs(_MD.render(body, {}))
-    html = nh3.clean(
-        html,
-        tags=_TAGS,
-        clean_content_tags=_CLEAN_CONTENT,
-        attributes=_ATTRIBUTES,
-        tag_attribute_values={tag: {"align": _ALIGN} for tag in _ALIGNED},
-        attribute_filter=_code_class,
-        url_schemes=URL_SCHEMES,
-        url_relative=lambda url: _relative_url(url, repo),
-        link_rel="nofollow noopener noreferrer",
-        set_tag_attribute_values={"img": {"loading": "lazy", "referrerpolicy": "no-referrer"}},
-        id_prefix=ID_PREFIX,
-    )
-    return _drop_sourceless_images(html)
+    html = nh3.clean(html, url_relative=lambda url: _relative_url(url, repo), **_CLEANER)
+    return _DISGUISED_TAG.sub(r"\1\2\3", _drop_sourceless_images(html))
 
 
 # Text runs longer than this are split by empty comments (which the sanitizer drops): ammonia's cost grows with

@@ -169,6 +169,29 @@ def test_alignment_is_kept_as_align_and_nothing_else():
     assert doc.tags("div") == [{}]
 
 
+def test_raw_html_tables_and_formatting_keep_their_shape():
+    source = ('<table>\n<tr><th align="center">Model</th><TH>Score</TH></tr>\n<tr><td>\n\n**big** [a](docs/a.md)\n\n</td>'
+              '<td><em>1</em> <code class="language-py">x</code> <a href="https://e.example">e</a></td></tr>\n</table>')
+    doc = Elements(render_readme(source, repo=REPO))
+    assert [tag for tag, _ in doc.elements] == ["table", "tr", "th", "th", "tr", "td", "p", "strong", "a", "td", "em",
+                                                 "code", "a"]
+    assert doc.tags("th")[0] == {"align": "center"}
+    assert doc.tags("code") == [{"class": "language-py"}]
+    rel = "nofollow noopener noreferrer"
+    assert doc.tags("a") == [{"href": HUB + "docs/a.md", "rel": rel}, {"href": "https://e.example", "rel": rel}]
+
+
+def test_raw_tag_names_in_attribute_values_survive_the_disguise():
+    doc = Elements(render_readme('<img src="https://e.example/x.png" alt="<table> and <a href>">', repo=REPO))
+    assert doc.tags("img")[0]["alt"] == "<table> and <a href>"
+
+
+def test_open_formatting_elements_are_not_multiplied():
+    # In HTML5 proper, each of these <div>s would re-open all 1000 <em>s: a million elements from 30 KB.
+    source = "<div>" + "".join(f'<em title="{i}">' for i in range(1000)) + "</div>" + "<div>a</div>" * 999
+    assert len(render_readme(source, repo=REPO)) < 2 * len(source)
+
+
 def test_strikethrough_and_tables_are_gfm():
     doc = Elements(render_readme("~~gone~~\n\n| a |\n|---|\n| 1 |", repo=REPO))
     assert [tag for tag, _ in doc.elements] == ["p", "del", "table", "thead", "tr", "th", "tbody", "tr", "td"]
@@ -368,6 +391,9 @@ MIB = 1024 * 1024
         pytest.param("|" + "a|" * 2000 + "\n|" + "-|" * 2000 + "\n" + ("|" + "b|" * 2000 + "\n") * 100, id="wide-table"),
         pytest.param("<div>" * (MIB // 5), id="unclosed-divs"),
         pytest.param("<div>" * 2000 + "\n\n" + "a\n\n" * (MIB // 30), id="divs-then-paragraphs"),
+        pytest.param("<table>\n\n" + "a\n\n" * (MIB // 30), id="open-table-then-paragraphs"),
+        pytest.param("<table>\n" + "&" * MIB, id="text-in-open-table"),
+        pytest.param("| a |\n|---|\n| <col>" + "&" * MIB + " |", id="col-in-table-cell"),
         pytest.param("&" * MIB, id="ampersands"),
         pytest.param("<div>\n" + "\u00a9" * (MIB // 2), id="latin1-in-raw-html"),
         pytest.param('<img alt="' + "&" * MIB + '" src="x.png">', id="huge-attribute"),
