@@ -139,7 +139,7 @@ def _is_word_char(char: str) -> bool:
 
 
 def _unique(slug: str, seen: dict[str, int]) -> str:
-    """`readme-<slug>`, with -1, -2… appended to repeats, as GitHub does.
+    """The slug with -1, -2… appended to repeats, as GitHub does (the sanitizer adds the `readme-` prefix).
 
     `seen` maps every id given out to the next suffix to try for it, so a thousand "Example" headings cost a
     thousand steps, not half a million.
@@ -152,7 +152,7 @@ def _unique(slug: str, seen: dict[str, int]) -> str:
         candidate = f"{slug}-{n}"
     seen[slug] = n + 1
     seen.setdefault(candidate, 1)
-    return ID_PREFIX + candidate
+    return candidate
 
 
 _MD = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING, "html": True}).enable(["table", "strikethrough"])
@@ -213,8 +213,12 @@ def _disguised(allowed: dict) -> dict:
     return {**allowed, **{_DISGUISE + tag: value for tag, value in allowed.items() if tag in _DISGUISED}}
 
 
-def _code_class(tag: str, attribute: str, value: str) -> str | None:
-    """Keep only `language-*` classes on `<code>` (a syntax highlighter's hook, nothing to style the page with)."""
+def _attribute_filter(tag: str, attribute: str, value: str) -> str | None:
+    """Every id gets the `readme-` prefix, as every `#fragment` link does, whether markdown or the README's own HTML
+    wrote it; `<code>` keeps only `language-*` classes (a syntax highlighter's hook, nothing to style the page with).
+    """
+    if attribute == "id":
+        return ID_PREFIX + value
     if tag.removeprefix(_DISGUISE) == "code" and attribute == "class":
         kept = [name for name in value.split() if _LANGUAGE_CLASS.fullmatch(name)]
         return " ".join(kept) or None
@@ -226,12 +230,11 @@ _CLEANER = dict(
     clean_content_tags=_CLEAN_CONTENT,
     attributes=_disguised(_ATTRIBUTES),
     tag_attribute_values=_disguised({tag: {"align": _ALIGN} for tag in _ALIGNED}),
-    attribute_filter=_code_class,
+    attribute_filter=_attribute_filter,
     url_schemes=URL_SCHEMES,
     link_rel=_LINK_REL,
     # link_rel only knows <a> by its real name.
     set_tag_attribute_values={**_SET_ATTRIBUTES, _DISGUISE + "a": {"rel": _LINK_REL}},
-    id_prefix=ID_PREFIX,
 )
 
 
@@ -305,7 +308,7 @@ def _relative_url(url: str, repo: RepoRef | None) -> str | None:
     url = url.strip(_URL_TRIM).replace("\t", "").replace("\n", "").replace("\r", "")
     if url.startswith("#"):
         fragment = quote(url[1:], safe=_QUERY_SAFE)
-        return "#" + (fragment if fragment.startswith(ID_PREFIX) else ID_PREFIX + fragment)
+        return "#" + ID_PREFIX + fragment
     if url.startswith("//"):
         return "https:" + quote(url, safe=_QUERY_SAFE + "#")  # scheme-relative: on our https page, https
     if repo is None or _SCHEME.match(url):

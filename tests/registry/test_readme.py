@@ -225,7 +225,7 @@ def href(source: str, repo: RepoRef | None = REPO) -> str | None:
         ("https://example.com/x", "https://example.com/x"),
         ("mailto:someone@example.com", "mailto:someone@example.com"),
         ("#section", "#readme-section"),
-        ("#readme-section", "#readme-section"),
+        ("#readme-section", "#readme-readme-section"),
     ],
 )
 def test_relative_links_point_at_the_commit(target, expected):
@@ -279,6 +279,13 @@ def test_heading_ids_are_prefixed_unique_and_github_shaped():
         "readme-quick-start", "readme-quick-start-1", "readme-quick-start-2", "readme-reset--step",
         "readme--why", "readme-café-ü", "readme-section", "readme-a-1", "readme-a", "readme-a-2",
     ]
+
+
+def test_fragment_links_find_their_headings():
+    html = render_readme("## Readme Setup\n## Café\n[a](#readme-setup) [b](#café) [c](#missing)", repo=REPO)
+    assert ids(html) == ["readme-readme-setup", "readme-café"]
+    assert [link["href"] for link in Elements(html).tags("a")] == ["#readme-readme-setup", "#readme-caf%C3%A9",
+                                                                    "#readme-missing"]
 
 
 def test_raw_html_ids_cannot_escape_the_prefix():
