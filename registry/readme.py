@@ -202,7 +202,7 @@ _DISGUISED = (
     "table", "caption", "colgroup", "col", "thead", "tbody", "tfoot", "tr", "th", "td",
     "a", "b", "big", "code", "em", "font", "i", "nobr", "s", "small", "strike", "strong", "tt", "u",
 )
-_DISGUISE = "readme-"
+_DISGUISE = "openenv-raw-"  # unlikely enough in a README's own text, where it is renamed back as well
 _RAW_DISGUISED_TAG = re.compile(rf"<(/?)({'|'.join(_DISGUISED)})(?=[\s/>]|$)", re.IGNORECASE)
 # Also in escaped text, where a raw attribute value like title="<table>" was renamed too.
 _DISGUISED_TAG = re.compile(rf"(<|&lt;)(/?){_DISGUISE}({'|'.join(_DISGUISED)})\b")
@@ -239,6 +239,7 @@ _CLEANER = dict(
 
 
 def _render(markdown: str, repo: RepoRef | None) -> str:
+    """Cap, strip front-matter, parse, bound, sanitize, then restore disguised names and drop sourceless images."""
     # The index stores at most MAX_README_BYTES; anything longer is a caller's mistake, cut rather than paid for.
     # Lone surrogates cannot cross into Rust; a strict UTF-8 decode leaves none, but a str may hold them.
     markdown = markdown[: manifest.MAX_README_BYTES].encode("utf-8", "replace").decode("utf-8")
