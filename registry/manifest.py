@@ -172,17 +172,24 @@ def parse_manifest(raw: bytes) -> tuple[str, dict[str, Any] | None, list[Problem
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)(?:\r?\n)?^---[ \t]*$\r?\n?", re.DOTALL | re.MULTILINE)
 
 
+def split_front_matter(text: str) -> tuple[str | None, str]:
+    """(front-matter YAML or None, body) of a README: a `---` first line up to the next `---` line, as the Hub reads it."""
+    match = _FRONT_MATTER.match(text)
+    if not match:
+        return None, text
+    return match.group(1), text[match.end():]
+
+
 def parse_readme(raw: bytes) -> tuple[str, dict[str, Any] | None, str, list[Problem]]:
     """Split README.md into (text, front-matter mapping or None, body, problems), the way the Hub reads it."""
     text, problem = decode_text(raw, filename=README_FILE, cap=MAX_README_BYTES)
     if problem:
         return "", None, "", [problem]
-    match = _FRONT_MATTER.match(text)
-    if not match:
+    front_matter, body = split_front_matter(text)
+    if front_matter is None:
         return text, None, text, []
-    body = text[match.end():]
     try:
-        data = load_yaml(match.group(1))
+        data = load_yaml(front_matter)
     except YamlError as exc:
         return text, None, body, [Problem("readme.front_matter_invalid", f"README.md front-matter is not valid YAML: {exc}")]
     if data is None:
