@@ -10,6 +10,7 @@ that concurrent writers converge on what is committed.
 from __future__ import annotations
 
 import logging
+from html import escape
 
 from django.conf import settings
 from django.core.cache import cache
@@ -24,8 +25,13 @@ from registry.selectors import CATALOG_VERSION_KEY, display_tags
 
 logger = logging.getLogger(__name__)
 
-# How much README text the search index takes (PostgreSQL's tsvector holds at most 1 MiB).
+# How much README text the search index takes (PostgreSQL's tsvector holds at most 1 MiB), and how much of the
+# Markdown is read to find it: every summary refresh reads it again, and parsing is linear but not cheap on
+# hostile input (about 10 s for 1 MiB of brackets), so the work per refresh is bounded.
 SEARCH_README_CHARS = 32_000
+SEARCH_README_SOURCE_CHARS = 4 * SEARCH_README_CHARS
+# What a README that fails to render shows instead: its beginning, as plain text.
+UNRENDERED_README_CHARS = 20_000
 
 
 def _check(report: dict | None, check_id: str) -> dict:
@@ -98,7 +104,8 @@ def _search_vector_refresh(env: Environment, head, tags: list[str], tools: list)
     names = " ".join([env.owner, env.name, env.name.replace("_", " ").replace("-", " "),
                       head.manifest_name if head else ""])
     described = " ".join([head.description if head else "", " ".join(tags), " ".join(str(t) for t in tools)])
-    text = readme.readme_text(head.readme_body, limit=SEARCH_README_CHARS) if head else ""
+    text = (readme.readme_text(head.readme_body[:SEARCH_README_SOURCE_CHARS], limit=SEARCH_README_CHARS)
+            if head else "")
     EnvironmentSearch.objects.update_or_create(environment_id=env.pk, defaults={"vector": None})
     EnvironmentSearch.objects.filter(environment_id=env.pk).update(vector=(
         SearchVector(Value(names), weight="A", config="simple")
@@ -117,8 +124,8 @@ def catalog_refresh_all(*, batch: int = 500) -> int:
 
 
 def revision_readme_html(*, revision_id: int) -> str:
-    """A revision's README as safe HTML: rendered and stored the first time it is asked for (and again only
-    after the renderer changes), so a page view never renders Markdown twice."""
+    """A revision's README as safe HTML: rendered and stored once (when the revision is indexed, or the first
+    time it is asked for after the renderer changed), so a page view seldom renders Markdown at all."""
     stored = (RevisionReadme.objects.filter(revision_id=revision_id, renderer_version=readme.RENDERER_VERSION)
               .values_list("html", flat=True).first())
     if stored is not None:
@@ -128,7 +135,12 @@ def revision_readme_html(*, revision_id: int) -> str:
     env = revision.environment
     repo = (readme.RepoRef(owner=env.owner, name=env.name, sha=revision.sha, endpoint=settings.HF_ENDPOINT)
             if env.source == Environment.Source.HUGGINGFACE else None)
-    html = readme.render_readme(revision.readme_body, repo=repo)
+    try:
+        html = readme.render_readme(revision.readme_body, repo=repo)
+    except Exception:  # the renderer's bug must not cost the page: show the text, say so, log it
+        logger.exception("readme: revision %s could not be rendered", revision_id)
+        html = ('<p class="notice">This README could not be rendered; its beginning is shown as plain text.</p>'
+                f"<pre>{escape(revision.readme_body[:UNRENDERED_README_CHARS])}</pre>")
     RevisionReadme.objects.update_or_create(revision_id=revision_id, defaults={
         "renderer_version": readme.RENDERER_VERSION, "html": html})
     return html

@@ -26,7 +26,7 @@ from django.utils import timezone
 from registry import manifest as mf
 from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
 from registry.models import ID_PART, Environment, IndexProblem, Revision, SyncRun, environment_key
-from registry.services.catalog import catalog_changed, environment_catalog_refresh
+from registry.services.catalog import catalog_changed, environment_catalog_refresh, revision_readme_html
 from registry.services.heartbeat import Heartbeat
 from registry.services.validation import validation_run_request
 
@@ -192,6 +192,8 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
             environment_catalog_refresh(environment_id=env.pk)
         if head_moved and settings.HUB_VALIDATE_NEW_REVISIONS:
             validation_run_request(revision=revision, trigger="new_revision")
+    if created:
+        revision_readme_html(revision_id=revision.pk)  # now, so that no reader waits for it
     environment.refresh_from_db()
     return revision, created
 

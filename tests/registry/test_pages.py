@@ -417,3 +417,39 @@ def test_schema_fields_keep_their_declared_order_whatever_the_database_does():
     # A record that names too little, too much or nonsense never hides a field.
     reordered[PROPERTY_ORDER] = ["a", "ghost", 3]
     assert [r.name for r in schema_rows(reordered)] == ["a", "a.yy", "a.b", "zeta_long"]
+
+
+def test_a_readme_is_rendered_when_indexed_and_its_ids_never_meet_the_pages(client, settings, tmp_path):
+    from registry.models import RevisionReadme
+
+    folder = make_env(tmp_path / "envs", "doc_env")
+    (folder / "README.md").write_text("# doc_env\n\n## h\n\nSee [below](#h) and [the code](server/app.py).\n\n"
+                                      "<script>window.x=1</script><img src=x onerror=alert(1)>\n")
+    settings.HUB_LOCAL_SOURCES = [f"local={tmp_path / 'envs'}"]
+    settings.HUB_VALIDATE_NEW_REVISIONS = False
+    services.local_sync()
+    env = Environment.objects.select_related("head").get(name="doc_env")
+    stored = RevisionReadme.objects.get(revision=env.head)  # before anyone asked for the page
+    assert 'id="readme-h"' in stored.html and 'href="#readme-h"' in stored.html and "<script" not in stored.html
+    page = client.get("/environments/local/doc_env/").content.decode()
+    parser = _Ids()
+    parser.feed(page)
+    assert len(parser.ids) == len(set(parser.ids)), "an id of the README met one of the page's"
+    assert "onerror" not in page and "window.x" not in page
+    assert "server/app.py" not in page and "the code</a>" in page  # a local folder's file has no public URL
+
+
+def test_a_readme_the_renderer_fails_on_is_shown_as_text(client, catalog, monkeypatch, caplog):
+    from registry import readme
+    from registry.models import RevisionReadme
+
+    def broken(markdown, *, repo):
+        raise RecursionError("deep")
+
+    monkeypatch.setattr(readme, "render_readme", broken)
+    RevisionReadme.objects.all().delete()
+    page = client.get("/environments/local/chess_env/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "This README could not be rendered" in text and "Play chess against a fixed engine." in text
+    assert "could not be rendered" in caplog.text
