@@ -37,7 +37,7 @@ __all__ = ["RENDERER_VERSION", "RepoRef", "render_readme", "readme_text"]
 
 # Bump the leading number whenever our code renders the same README differently (allow-list, URL policy, ids);
 # the libraries' versions are part of it because an upgrade of either can change the HTML too.
-RENDERER_VERSION = f"1/markdown-it-py-{markdown_it.__version__}/nh3-{nh3.__version__}"
+RENDERER_VERSION = f"2/markdown-it-py-{markdown_it.__version__}/nh3-{nh3.__version__}"
 
 HUB_ENDPOINT = "https://huggingface.co"
 ID_PREFIX = "readme-"
@@ -54,9 +54,19 @@ class RepoRef:
     endpoint: str = HUB_ENDPOINT
 
 
-def render_readme(markdown: str, *, repo: RepoRef | None) -> str:
-    """Safe HTML for a README body; `repo=None` (a local source) drops relative links' targets and relative images."""
-    return _render(markdown, repo)
+def render_readme(markdown: str, *, repo: RepoRef | None, top_heading: int = 1) -> str:
+    """Safe HTML for a README body; `repo=None` (a local source) drops relative links' targets and relative images.
+
+    `top_heading` is the level a README's `# heading` takes (a page that shows the README under its own `<h2>`
+    passes 3); deeper ones follow, none beyond `<h6>`."""
+    html = _render(markdown, repo)
+    if top_heading == 1:
+        return html
+    # Sanitized HTML: every `<h1`…`</h6>` left is a heading tag (text holds `&lt;`, attributes cannot hold `<`).
+    return _HEADING_TAG.sub(lambda m: f"<{m[1]}h{min(6, int(m[2]) + top_heading - 1)}", html)
+
+
+_HEADING_TAG = re.compile(r"<(/?)h([1-6])(?=[\s>])")
 
 
 def readme_text(markdown: str, *, limit: int) -> str:

@@ -30,6 +30,8 @@ logger = logging.getLogger(__name__)
 # hostile input (about 10 s for 1 MiB of brackets), so the work per refresh is bounded.
 SEARCH_README_CHARS = 32_000
 SEARCH_README_SOURCE_CHARS = 4 * SEARCH_README_CHARS
+# The environment page shows a README under its own <h2>: the README's headings start at <h3>.
+README_TOP_HEADING = 3
 # What a README that fails to render shows instead: its beginning, as plain text.
 UNRENDERED_README_CHARS = 20_000
 
@@ -136,7 +138,7 @@ def revision_readme_html(*, revision_id: int) -> str:
     repo = (readme.RepoRef(owner=env.owner, name=env.name, sha=revision.sha, endpoint=settings.HF_ENDPOINT)
             if env.source == Environment.Source.HUGGINGFACE else None)
     try:
-        html = readme.render_readme(revision.readme_body, repo=repo)
+        html = readme.render_readme(revision.readme_body, repo=repo, top_heading=README_TOP_HEADING)
     except Exception:  # the renderer's bug must not cost the page: show the text, say so, log it
         logger.exception("readme: revision %s could not be rendered", revision_id)
         html = ('<p class="notice">This README could not be rendered; its beginning is shown as plain text.</p>'

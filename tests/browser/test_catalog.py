@@ -92,8 +92,13 @@ def test_the_hostile_readme_keeps_its_text_and_points_relative_links_at_the_hub(
     page = open_page("/environments/evil/readme_script/").page
     readme = page.locator(".readme-body")
     assert "Totally normal" in readme.inner_text()
-    for href in readme.locator("a").evaluate_all("els => els.map(e => e.getAttribute('href'))"):
-        assert href is None or href.startswith(("https://", "#", "mailto:")), href
+    # Relative links resolve on the Hub (here its stand-in, on http) at the revision's sha.
+    pinned = re.compile(r"^https?://[^/]+/spaces/evil/readme_script/resolve/[0-9a-f]{40}/")
+    hrefs = readme.locator("a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
+    assert any(h and pinned.match(h) for h in hrefs), hrefs
+    for href in hrefs:
+        assert href is None or href.startswith(("https://", "#", "mailto:")) or pinned.match(href), href
+    assert page.locator("h1").count() == 1  # the README's headings sit under the page's
     assert readme.locator("img[src^='data:'], img[onerror]").count() == 0
 
 

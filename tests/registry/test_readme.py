@@ -431,3 +431,11 @@ def test_raw_html_past_the_budget_is_shown_as_text():
 def test_renderer_version_names_the_libraries():
     assert isinstance(readme.RENDERER_VERSION, str)
     assert "markdown-it-py-" in readme.RENDERER_VERSION and "nh3-" in readme.RENDERER_VERSION
+
+
+def test_headings_can_start_below_the_pages_own():
+    html = readme.render_readme("# A\n\n## B\n\n##### E\n\n<h1>raw</h1>\n\n`<h2>` and &lt;h3&gt;\n", repo=None,
+                                top_heading=3)
+    assert re.findall(r"</?h\d", html) == ["<h3", "</h3", "<h4", "</h4", "<h6", "</h6", "<h3", "</h3"]
+    assert "<code>&lt;h2&gt;</code> and &lt;h3&gt;" in html  # text that looks like a tag stays text
+    assert readme.render_readme("# A\n", repo=None) == '<h1 id="readme-a">A</h1>\n'
