@@ -1,7 +1,7 @@
 """How to pull or use an environment at one revision: the single source of the pull commands.
 
-Pure: facts in, forms out. The environment page's pull block uses it now, the
-API and the command-line companion later, so they can never disagree.
+Pure: facts in, forms out. The environment page's pull block and the API use it (the command-line
+companion later), so they can never disagree.
 
 Facts behind the forms (the `openenv` 0.10.0 package, the Hub):
 - a Space answers at the Hub's `host` (`https://{subdomain}.hf.space`); its
@@ -55,6 +55,22 @@ class PullTarget:
     @property
     def repo_id(self) -> str:
         return f"{self.owner}/{self.name}"
+
+
+def pull_target(env, revision, *, hub: str, staff: bool = False) -> PullTarget:
+    """The pull facts of `revision` of the indexed environment `env` (a registry Environment and Revision, read
+    by attribute): its manifest's app and port (defaults for anything unusable), where its code lives (an
+    imported card pulls from the source it names), and the local folder's path only for `staff`."""
+    manifest = revision.manifest if isinstance(revision.manifest, dict) else {}
+    app = manifest.get("app") if isinstance(manifest.get("app"), str) else "server.app:app"
+    port = manifest.get("port")
+    port = port if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536 else 8000
+    source = env.source
+    if source == "catalog":
+        source = {"huggingface": "huggingface", "github": "git"}.get(env.source_provider, "local")
+    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=source, host=revision.host,
+                      subdomain=revision.subdomain, app=app, port=port, hub=hub,
+                      local_path=env.local_path if staff else "", repo_uri=env.source_uri, path=env.source_path or ".")
 
 
 def openenv_derived_subdomain(repo_id: str) -> str:

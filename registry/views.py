@@ -21,7 +21,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from registry import badges, presenters, selectors
 from registry.models import Environment, SyncRun, ValidationRun
-from registry.pulls import PullTarget, pull_forms
+from registry.pulls import pull_forms, pull_target
 from registry.services import validation
 from registry.services.catalog import revision_readme_html
 
@@ -89,18 +89,6 @@ def _environment_or_404(owner: str, name: str) -> Environment:
     return env
 
 
-def _pull_target(env: Environment, revision, *, staff: bool) -> PullTarget:
-    manifest = revision.manifest if isinstance(revision.manifest, dict) else {}
-    app = manifest.get("app") if isinstance(manifest.get("app"), str) else "server.app:app"
-    port = manifest.get("port") if isinstance(manifest.get("port"), int) and 0 < manifest.get("port") < 65536 else 8000
-    source = env.source
-    if source == Environment.Source.CATALOG:  # imported: pull from where its card says its code is
-        source = {"huggingface": "huggingface", "github": "git"}.get(env.source_provider, "local")
-    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=source, host=revision.host,
-                      subdomain=revision.subdomain, app=app, port=port, hub=settings.HF_ENDPOINT,
-                      local_path=env.local_path if staff else "", repo_uri=env.source_uri, path=env.source_path)
-
-
 def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """One environment at its head, or at `?revision=<sha or unique prefix>`: everything needed to trust and pull it."""
     env = _environment_or_404(owner, name)
@@ -132,9 +120,9 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
                      and good.revision_id != env.head_id)
         context.update({
             "revision": revision, "older": older, "run": run,
-            "pulls": pull_forms(_pull_target(env, revision, staff=staff)),
+            "pulls": pull_forms(pull_target(env, revision, hub=settings.HF_ENDPOINT, staff=staff)),
             "good": good if show_good else None,
-            "good_pulls": pull_forms(_pull_target(env, good.revision, staff=staff)) if show_good else None,
+            "good_pulls": pull_forms(pull_target(env, good.revision, hub=settings.HF_ENDPOINT, staff=staff)) if show_good else None,
             "readme_html": revision_readme_html(revision_id=revision.pk),
             "schemas": [(part, presenters.schema_rows(schemas.get(part))) for part in ("action", "observation", "state")
                         if isinstance(schemas.get(part), dict)],

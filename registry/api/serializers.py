@@ -13,7 +13,7 @@ from rest_framework import serializers
 
 from registry import presenters
 from registry.models import Environment, IndexProblem, Revision, ValidationRun
-from registry.pulls import PullTarget, pull_forms
+from registry.pulls import pull_forms, pull_target
 from registry.selectors import environment_tags
 
 
@@ -156,16 +156,6 @@ LAST_GOOD_SCHEMA = inline_serializer("LastKnownGood", {
 }, allow_null=True)
 
 
-def pull_target(env: Environment, revision: Revision) -> PullTarget:
-    """The facts the pull forms need, from an environment and one of its revisions (the page uses this too)."""
-    manifest = revision.manifest if isinstance(revision.manifest, dict) else {}
-    app = manifest.get("app") if isinstance(manifest.get("app"), str) else "server.app:app"
-    port = manifest.get("port")
-    port = port if isinstance(port, int) and not isinstance(port, bool) and 0 < port < 65536 else 8000
-    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=env.source, host=revision.host,
-                      subdomain=revision.subdomain, app=app, port=port, hub=settings.HF_ENDPOINT)
-
-
 class EnvironmentDetailSerializer(EnvironmentSerializer):
     """One environment with what a client needs to trust and pull it: the head, its verdict, the last known good
     revision, the pull forms, the schemas summary and MCP tools (from the verdict run), counts and links."""
@@ -207,7 +197,7 @@ class EnvironmentDetailSerializer(EnvironmentSerializer):
         if env.head is None:
             return []
         return [{"kind": f.kind, "label": f.label, "text": f.text, "language": f.language, "note": f.note}
-                for f in pull_forms(pull_target(env, env.head))]
+                for f in pull_forms(pull_target(env, env.head, hub=settings.HF_ENDPOINT))]
 
     @extend_schema_field(inline_serializer("Schemas", {
         "action": FIELD_SCHEMA, "observation": FIELD_SCHEMA, "state": FIELD_SCHEMA}, allow_null=True))

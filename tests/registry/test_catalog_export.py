@@ -335,6 +335,10 @@ def test_openenvs_own_snapshot_imports_and_the_export_is_a_stock_snapshot_openen
     page = client.get("/environments/acme/maze/").content.decode()  # its pull block points at its repository
     assert f"git+https://github.com/acme/envs.git@{commit}#subdirectory=envs/maze" in page
     assert "hf.space" not in page
+    forms = client.get("/api/v1/environments/acme/maze/").json()["pull_forms"]  # the API says the same
+    pip = next(f["text"] for f in forms if f["kind"] == "pip")
+    assert pip == f"pip install 'git+https://github.com/acme/envs.git@{commit}#subdirectory=envs/maze'"
+    assert not any("hf.space" in f["text"] for f in forms)
 
     response = export(client)
     snapshot = json.loads(response.content)
