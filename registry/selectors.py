@@ -11,6 +11,8 @@ import functools
 import hashlib
 import json
 import re
+import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -589,7 +591,30 @@ def _badge_query(vendor: str) -> tuple[str, tuple]:
     return rows.query.sql_with_params()
 
 
+# Badge subjects remembered by each process, per catalog version (which every change a badge shows bumps):
+# a popular badge costs no query. BADGE_MEMO_S bounds how long one is kept, which is how stale it can be when
+# the version is not shared between processes (no Redis: each process has its own).
+BADGE_MEMO_S = 10.0
+BADGE_MEMO_SIZE = 10_000
+_badge_memo: OrderedDict[tuple, tuple[float, badges.Subject | None]] = OrderedDict()
+
+
 def environment_badge_subject(*, owner: str, name: str, revision: str = "") -> badges.Subject | None:
+    """environment_badge_subject_read, remembered for a few seconds within the catalog version it was read in."""
+    key = (catalog_version(), environment_key(owner, name), revision)
+    now = time.monotonic()
+    hit = _badge_memo.get(key)
+    if hit is not None and hit[0] > now:
+        return hit[1]
+    subject = environment_badge_subject_read(owner=owner, name=name, revision=revision)
+    _badge_memo[key] = (now + BADGE_MEMO_S, subject)
+    _badge_memo.move_to_end(key)
+    while len(_badge_memo) > BADGE_MEMO_SIZE:
+        _badge_memo.popitem(last=False)
+    return subject
+
+
+def environment_badge_subject_read(*, owner: str, name: str, revision: str = "") -> badges.Subject | None:
     """What a status badge says about an environment (its verdict and head), or with `revision` (a sha or unique
     prefix) about that revision (its latest finished run and manifest); None when there is no such environment
     or revision, or the prefix is ambiguous.

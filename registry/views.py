@@ -173,7 +173,7 @@ def badge(request: HttpRequest, owner: str, name: str, kind: str, fmt: str) -> H
     `?revision=`, `?style=`, `?label=`.
 
     Always 200 with a badge (grey "unknown" for no such environment or revision), never a broken image; one
-    query, two with `?revision=`. It reads no session, user or CSRF token, so the answer sets no cookie and
+    query, two with `?revision=`, none while the process remembers the answer. It reads no session, user or CSRF token, so the answer sets no cookie and
     does not vary by one: any cache may keep it for everyone (ETag, 304 on If-None-Match). Any page's script
     (shields.io's endpoint badge among them) may read it: ReadOnlyCorsMiddleware shares /badges/ as it shares
     the API.

@@ -25,10 +25,14 @@ def _collected_static(django_db_blocker):
 
 @pytest.fixture(autouse=True)
 def _fresh_cache():
-    """Each test starts with an empty cache (identity answers, cached facet counts, rate limits)."""
+    """Each test starts with an empty cache (identity answers, cached facet counts, rate limits) and no badge
+    remembered from another test's database."""
     from django.core.cache import cache
 
+    from registry import selectors
+
     cache.clear()
+    selectors._badge_memo.clear()
     yield
 
 

@@ -124,6 +124,7 @@ def environment_withdraw(*, environment: Environment, reason: str) -> bool:
         changed_at=now,
     )
     if changed:
+        catalog_changed()  # counted by status, shown by badges
         environment.refresh_from_db()
         logger.info("index: withdrew %s: %s", environment.repo_id, reason)
     return bool(changed)

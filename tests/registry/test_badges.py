@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from django.db import connection
-from django.test import Client
+from django.test import Client, TestCase
 from django.test.utils import CaptureQueriesContext
 
 from registry import badges, services
@@ -201,11 +201,22 @@ def client():
     return Client(HTTP_HOST="localhost")
 
 
+def committed():
+    """What follows a commit (the catalog version's bump) runs, as it would outside a test's transaction."""
+    return TestCase.captureOnCommitCallbacks(execute=True)
+
+
 def finished(revision: Revision, outcome: str) -> ValidationRun:
-    run, _ = validation.validation_run_request(revision=revision, trigger="request")
-    validation.validation_run_start(run_id=run.pk)
-    validation.validation_run_finish(run_id=run.pk, outcome=outcome, report={"verdict": outcome, "results": []})
+    with committed():
+        run, _ = validation.validation_run_request(revision=revision, trigger="request")
+        validation.validation_run_start(run_id=run.pk)
+        validation.validation_run_finish(run_id=run.pk, outcome=outcome, report={"verdict": outcome, "results": []})
     return run
+
+
+def synced() -> None:
+    with committed():
+        services.local_sync()
 
 
 def svg_badge(client, path: str, **params) -> tuple[str, str]:
@@ -266,13 +277,13 @@ def test_version_badge_from_the_manifest_else_the_short_sha(client, tiny_envs):
     assert svg_badge(client, "/badges/local/alpha/version.svg") == ("version", alpha.head.sha[:7])
     assert json_badge(client, "/badges/local/alpha/version.json")["message"] == alpha.head.sha[:7]
     Path(alpha.local_path, "openenv.yaml").write_text("name: alpha\nversion: 1.2.3\n")
-    services.local_sync()
+    synced()
     assert svg_badge(client, "/badges/local/alpha/version.svg") == ("version", "1.2.3")
     assert json_badge(client, "/badges/local/alpha/version.json") == {
         "schemaVersion": 1, "label": "version", "message": "1.2.3", "color": "blue", "labelColor": "grey"}
     # A number, as YAML reads `version: 2.0`, is shown as written there.
     Path(alpha.local_path, "openenv.yaml").write_text("name: alpha\nversion: 2.5\n")
-    services.local_sync()
+    synced()
     assert svg_badge(client, "/badges/local/alpha/version.svg") == ("version", "2.5")
 
 
@@ -281,7 +292,7 @@ def test_a_revision_badge_describes_that_revision(client, tiny_envs):
     alpha = tiny_envs
     old = alpha.head
     Path(alpha.local_path, "openenv.yaml").write_text("name: alpha\nversion: 0.2.0\n")
-    services.local_sync()
+    synced()
     alpha.refresh_from_db()
     assert alpha.head != old
     finished(old, "pass")
@@ -294,7 +305,7 @@ def test_a_revision_badge_describes_that_revision(client, tiny_envs):
     assert svg_badge(client, "/badges/local/alpha/version.svg", revision=alpha.head.sha) == ("version", "0.2.0")
     # A revision never validated is not validated, whatever the environment's verdict.
     Path(alpha.local_path, "openenv.yaml").write_text("name: alpha\nversion: 0.3.0\n")
-    services.local_sync()
+    synced()
     alpha.refresh_from_db()
     Environment.objects.filter(pk=alpha.pk).update(runtime_stage="SLEEPING")
     assert svg_badge(client, "/badges/local/alpha/conformance.svg", revision=alpha.head.sha[:8]) == (
@@ -383,6 +394,26 @@ def test_a_badge_costs_one_query(client, tiny_envs, path, params):
     with CaptureQueriesContext(connection) as queries:
         assert client.get(path, params).status_code == 200
     assert len(queries) == 1, [q["sql"] for q in queries]
+
+
+@pytest.mark.django_db
+def test_a_badge_is_remembered_until_the_catalog_changes(client, tiny_envs, settings):
+    path = "/badges/local/alpha/conformance.svg"
+    assert svg_badge(client, path) == ("conformance", "not validated")
+    with CaptureQueriesContext(connection) as queries:
+        assert svg_badge(client, path, style="flat-square") == ("conformance", "not validated")
+    assert len(queries) == 0, [q["sql"] for q in queries]  # the same subject, another style: no query
+    finished(tiny_envs.head, "pass")  # bumps the catalog version after its commit
+    assert svg_badge(client, path) == ("conformance", "passing")
+    # A change the version does not hear of (another process's memory, without a shared cache) shows within
+    # BADGE_MEMO_S.
+    Environment.objects.filter(pk=tiny_envs.pk).update(verdict_outcome="fail")
+    assert svg_badge(client, path) == ("conformance", "passing")
+    from registry import selectors
+
+    for key, (expires, subject) in list(selectors._badge_memo.items()):
+        selectors._badge_memo[key] = (expires - selectors.BADGE_MEMO_S, subject)
+    assert svg_badge(client, path) == ("conformance", "failing")
 
 
 @pytest.mark.django_db
