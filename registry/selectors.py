@@ -593,16 +593,21 @@ def _badge_query(vendor: str) -> tuple[str, tuple]:
 
 # Badge subjects remembered by each process, per catalog version (which every change a badge shows bumps):
 # a popular badge costs no query. BADGE_MEMO_S bounds how long one is kept, which is how stale it can be when
-# the version is not shared between processes (no Redis: each process has its own).
+# the version is not shared between processes (no Redis: each process has its own). The version itself is
+# read at most every BADGE_VERSION_S (a Redis round trip costs more than the rest of a remembered badge).
 BADGE_MEMO_S = 10.0
+BADGE_VERSION_S = 1.0
 BADGE_MEMO_SIZE = 10_000
 _badge_memo: OrderedDict[tuple, tuple[float, badges.Subject | None]] = OrderedDict()
+_badge_version: list = [0.0, 0]  # [read again after (monotonic), version]
 
 
 def environment_badge_subject(*, owner: str, name: str, revision: str = "") -> badges.Subject | None:
     """environment_badge_subject_read, remembered for a few seconds within the catalog version it was read in."""
-    key = (catalog_version(), environment_key(owner, name), revision)
     now = time.monotonic()
+    if now >= _badge_version[0]:
+        _badge_version[:] = [now + BADGE_VERSION_S, catalog_version()]
+    key = (_badge_version[1], environment_key(owner, name), revision)
     hit = _badge_memo.get(key)
     if hit is not None and hit[0] > now:
         return hit[1]

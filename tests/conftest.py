@@ -24,7 +24,7 @@ def _collected_static(django_db_blocker):
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
+def _fresh_cache(monkeypatch):
     """Each test starts with an empty cache (identity answers, cached facet counts, rate limits) and no badge
     remembered from another test's database."""
     from django.core.cache import cache
@@ -33,6 +33,8 @@ def _fresh_cache():
 
     cache.clear()
     selectors._badge_memo.clear()
+    selectors._badge_version[:] = [0.0, 0]
+    monkeypatch.setattr(selectors, "BADGE_VERSION_S", 0.0)  # tests see each change at once (one test times it)
     yield
 
 

@@ -397,20 +397,23 @@ def test_a_badge_costs_one_query(client, tiny_envs, path, params):
 
 
 @pytest.mark.django_db
-def test_a_badge_is_remembered_until_the_catalog_changes(client, tiny_envs, settings):
+def test_a_badge_is_remembered_until_the_catalog_changes(client, tiny_envs, monkeypatch):
+    from registry import selectors
+
+    monkeypatch.setattr(selectors, "BADGE_VERSION_S", 1.0)
     path = "/badges/local/alpha/conformance.svg"
     assert svg_badge(client, path) == ("conformance", "not validated")
     with CaptureQueriesContext(connection) as queries:
         assert svg_badge(client, path, style="flat-square") == ("conformance", "not validated")
     assert len(queries) == 0, [q["sql"] for q in queries]  # the same subject, another style: no query
     finished(tiny_envs.head, "pass")  # bumps the catalog version after its commit
+    assert svg_badge(client, path) == ("conformance", "not validated")  # the version is read once a second
+    selectors._badge_version[0] -= selectors.BADGE_VERSION_S
     assert svg_badge(client, path) == ("conformance", "passing")
     # A change the version does not hear of (another process's memory, without a shared cache) shows within
     # BADGE_MEMO_S.
     Environment.objects.filter(pk=tiny_envs.pk).update(verdict_outcome="fail")
     assert svg_badge(client, path) == ("conformance", "passing")
-    from registry import selectors
-
     for key, (expires, subject) in list(selectors._badge_memo.items()):
         selectors._badge_memo[key] = (expires - selectors.BADGE_MEMO_S, subject)
     assert svg_badge(client, path) == ("conformance", "failing")
