@@ -7,6 +7,7 @@ registry.selectors.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.utils import timezone
@@ -95,6 +96,13 @@ class Environment(models.Model):
     mcp_tools = models.JSONField(default=list, blank=True, help_text="MCP tool names (verdict run).")
     step_p50_ms = models.FloatField(null=True, blank=True, help_text="Median /ws step latency of the good run.")
     openenv_requirement = models.CharField(max_length=200, blank=True, help_text="The head's, for the facet.")
+
+    # Set by its owners (services.owner): still listed and pullable, but says so everywhere.
+    deprecated_at = models.DateTimeField(null=True, blank=True)
+    deprecation_reason = models.TextField(blank=True)
+    successor = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The environment to use instead, when the owners named one.")
 
     class Meta:
         ordering = ["key"]
@@ -402,3 +410,136 @@ class ValidationRun(models.Model):
 
     def __str__(self) -> str:
         return f"validation #{self.pk} of {self.revision} ({self.state}{'/' + self.outcome if self.outcome else ''})"
+
+
+class RevisionYank(models.Model):
+    """A revision its owners withdrew from use (as PyPI yanks a release): still shown and pullable by its sha,
+    never the last known good, marked everywhere. The revision itself stays immutable; un-yanking deletes this."""
+
+    revision = models.OneToOneField(Revision, on_delete=models.CASCADE, primary_key=True, related_name="yank")
+    reason = models.TextField()
+    actor = models.CharField(max_length=200, help_text="Who yanked it, e.g. hf:alice or staff:bob.")
+    yanked_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"yank of {self.revision_id}"
+
+
+class EnvironmentAlias(models.Model):
+    """A name an environment had before it moved on the Hub: its pages and API answers redirect to the new one."""
+
+    key = models.CharField(max_length=200, unique=True, help_text="The old owner/name, case-folded.")
+    environment = models.ForeignKey(Environment, on_delete=models.CASCADE, related_name="aliases")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.key} -> {self.environment_id}"
+
+
+class OwnerAction(models.Model):
+    """Something done to an environment on someone's word (an owner, staff, or the Hub by webhook): its history."""
+
+    class Kind(models.TextChoices):
+        REVALIDATE = "revalidate", "Requested a validation"
+        YANK = "yank", "Yanked a revision"
+        UNYANK = "unyank", "Restored a yanked revision"
+        DEPRECATE = "deprecate", "Deprecated the environment"
+        UNDEPRECATE = "undeprecate", "Lifted the deprecation"
+        REFRESH = "refresh", "Refreshed from the Hub"
+        RENAME = "rename", "Moved on the Hub"
+
+    class Via(models.TextChoices):
+        WEB = "web", "Website"
+        API = "api", "API"
+        ADMIN = "admin", "Admin"
+        WEBHOOK = "webhook", "Hub webhook"
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="actions")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    revision = models.ForeignKey(Revision, null=True, blank=True, on_delete=models.PROTECT, related_name="+")
+    actor = models.CharField(max_length=200, help_text="hf:<account>, staff:<user>, or hub for a webhook.")
+    via = models.CharField(max_length=16, choices=Via.choices)
+    detail = models.JSONField(default=dict, blank=True, help_text="The reason, the successor, the old name.")
+    at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["environment", "-at"], name="owneraction_env_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.environment_id} by {self.actor}"
+
+
+class Account(models.Model):
+    """A Hugging Face account that signed in on the website (OpenID Connect). Its organizations and roles are
+    as the Hub said at the last sign-in; the Hub's token is used for the sign-in and never kept."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="hub_account")
+    hub_id = models.CharField(max_length=64, unique=True, help_text="The Hub's stable account id (OIDC sub).")
+    name = models.CharField(max_length=96, db_index=True, help_text="The account name, as the Hub spells it.")
+    display_name = models.CharField(max_length=200, blank=True)
+    avatar_url = models.URLField(max_length=500, blank=True)
+    orgs = models.JSONField(default=list, blank=True, help_text='[{"name", "role"}], as of the last sign-in.')
+    signed_in_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"hf:{self.name}"
+
+
+class ApiToken(models.Model):
+    """A personal token for scripts: shown once, stored as a SHA-256 digest, scoped, expiring, revocable."""
+
+    SCOPES = ("read", "publish", "evaluate")
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The token's first characters, to recognize it by.")
+    digest = models.CharField(max_length=64, unique=True, help_text="SHA-256 of the whole token (hex).")
+    scopes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+class WebhookDelivery(models.Model):
+    """One delivery from a Hub webhook, as received and as handled: what an operator reads to see what the Hub
+    told the hub and what the hub did about it. Never holds the secret; the last HUB_WEBHOOK_KEEP are kept."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        DONE = "done", "Done"
+        DUPLICATE = "duplicate", "Duplicate (already handled)"
+        IGNORED = "ignored", "Ignored"
+        REFUSED = "refused", "Refused"
+        FAILED = "failed", "Failed"
+
+    received_at = models.DateTimeField(default=timezone.now, db_index=True)
+    status = models.CharField(max_length=16, choices=Status.choices)
+    http_status = models.PositiveSmallIntegerField()
+    action = models.CharField(max_length=16, blank=True)
+    scope = models.CharField(max_length=64, blank=True)
+    repo_type = models.CharField(max_length=16, blank=True)
+    repo_name = models.CharField(max_length=200, blank=True)
+    head_sha = models.CharField(max_length=64, blank=True)
+    moved_to = models.CharField(max_length=200, blank=True)
+    webhook_id = models.CharField(max_length=64, blank=True)
+    fingerprint = models.CharField(
+        max_length=64, blank=True, db_index=True,
+        help_text="SHA-256 of what the delivery asks for: a replay or a duplicate has the same one.")
+    outcome = models.TextField(blank=True, help_text="What the hub did, in words.")
+    processed_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.FloatField(null=True, blank=True, help_text="From receipt to handled.")
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.action or '?'} {self.repo_name or '?'} ({self.status})"
