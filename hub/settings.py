@@ -141,6 +141,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "mozilla_django_oidc",
     "registry",
 ]
 
@@ -172,6 +173,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "registry.context_processors.site",
             ],
         },
     },
@@ -257,6 +259,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "registry.api.authentication.ApiTokenAuthentication",
         "registry.api.authentication.HubTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
@@ -379,6 +382,32 @@ HUB_VALIDATION_SETTLE_POLL_S = env_float("HUB_VALIDATION_SETTLE_POLL_S", 300.0)
 HUB_VALIDATION_SETTLE_MAX_S = env_float("HUB_VALIDATION_SETTLE_MAX_S", 2 * 3600.0)
 # An owner's re-run of a revision waits this long after that revision's last finished run (staff don't wait).
 HUB_RERUN_COOLDOWN_S = env_int("HUB_RERUN_COOLDOWN_S", 600)
+# A Space is refreshed from the Hub on request at most this often (whoever asks).
+HUB_REFRESH_COOLDOWN_S = env_int("HUB_REFRESH_COOLDOWN_S", 30)
+
+# Sign in with Hugging Face (OpenID Connect, mozilla-django-oidc): on when an OAuth app's client id and secret
+# are set (create one at huggingface.co/settings/applications with the redirect URL SITE_URL/oidc/callback/).
+# The Hub's token is used for the sign-in only and never kept (OIDC_STORE_ACCESS_TOKEN stays off).
+HUB_OAUTH_CLIENT_ID = env_str("HUB_OAUTH_CLIENT_ID")
+HUB_OAUTH_CLIENT_SECRET = env_str("HUB_OAUTH_CLIENT_SECRET")
+SIGN_IN_WITH_HUB = bool(HUB_OAUTH_CLIENT_ID and HUB_OAUTH_CLIENT_SECRET)
+OIDC_RP_CLIENT_ID = HUB_OAUTH_CLIENT_ID
+OIDC_RP_CLIENT_SECRET = HUB_OAUTH_CLIENT_SECRET
+OIDC_OP_AUTHORIZATION_ENDPOINT = f"{HF_ENDPOINT}/oauth/authorize"
+OIDC_OP_TOKEN_ENDPOINT = f"{HF_ENDPOINT}/oauth/token"
+OIDC_OP_USER_ENDPOINT = f"{HF_ENDPOINT}/oauth/userinfo"
+OIDC_OP_JWKS_ENDPOINT = f"{HF_ENDPOINT}/oauth/jwks"
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_RP_SCOPES = "openid profile"
+OIDC_TOKEN_USE_BASIC_AUTH = True
+OIDC_TIMEOUT = HUB_HTTP_TIMEOUT_S
+OIDC_STORE_ACCESS_TOKEN = False
+OIDC_STORE_ID_TOKEN = False
+OIDC_AUTHENTICATE_CLASS = "registry.signin.SignIn"
+LOGIN_REDIRECT_URL = "/account/"
+LOGOUT_REDIRECT_URL = "/"
+LOGIN_REDIRECT_URL_FAILURE = "/account/sign-in-failed/"
+AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend", "registry.signin.HubBackend"]
 HUB_SANDBOX_DIR = Path(env_str("HUB_SANDBOX_DIR", str(VAR_DIR / "sandbox")))
 # The interpreter sandbox venvs are built from. It must be executable by the sandbox user (nobody) for the
 # privilege drop to apply: Debian's /usr/bin/python3 is; a pyenv build under a 0700 /root is not.

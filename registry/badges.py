@@ -61,6 +61,7 @@ PALETTE = {
     "yellow": Color("#dfb317", "yellow"),
     "red": Color("#e05d44", "red"),
     "blue": Color("#007ec6", "blue"),
+    "orange": Color("#fe7d37", "orange"),
     "bluegrey": Color("#607d8b", "607d8b"),
     "lightgrey": Color("#9f9f9f", "lightgrey"),
     "grey": Color("#555", "grey"),
@@ -144,13 +145,16 @@ class Subject:
 
     `outcome` is pass | warn | fail | error, "" before any finished validation; `sleeping` says its Space is
     asleep (SLEEPING, PAUSED or STOPPED), asked only where the Space serves the revision described;
-    `version` is the manifest's `version` as published (any JSON value); `sha` the revision's sha.
+    `version` is the manifest's `version` as published (any JSON value); `sha` the revision's sha; `yanked`
+    says its owners yanked the revision described, `deprecated` that they deprecated the environment.
     """
 
     outcome: str = ""
     sleeping: bool = False
     version: object = None
     sha: str = ""
+    yanked: bool = False
+    deprecated: bool = False
 
 
 UNKNOWN = "unknown"
@@ -160,10 +164,15 @@ _VERDICTS = {"pass": ("passing", "brightgreen"), "warn": ("warning", "yellow"),
 
 def conformance_badge(subject: Subject | None, *, label: str = "") -> Badge:
     """The verdict: passing, warning, failing (fail or error); with no verdict, sleeping when the Space sleeps,
-    else not validated; grey unknown when there is no such environment or revision."""
+    else not validated; grey unknown when there is no such environment or revision. What its owners said comes
+    first: a yanked revision is "yanked", a deprecated environment "deprecated", whatever the verdict."""
     label = label or "conformance"
     if subject is None:
         return Badge(label, UNKNOWN, "lightgrey")
+    if subject.yanked:
+        return Badge(label, "yanked", "orange")
+    if subject.deprecated:
+        return Badge(label, "deprecated", "orange")
     if subject.outcome in _VERDICTS:
         return Badge(label, *_VERDICTS[subject.outcome])
     if subject.sleeping:
@@ -173,16 +182,20 @@ def conformance_badge(subject: Subject | None, *, label: str = "") -> Badge:
 
 def version_badge(subject: Subject | None, *, label: str = "") -> Badge:
     """The manifest's version (a string or a number), else the first seven characters of the sha; grey unknown
-    when there is no such environment or revision, or nothing to name it by."""
+    when there is no such environment or revision, or nothing to name it by. A yanked revision says so, in
+    orange."""
     label = label or "version"
     version = subject.version if subject is not None else None
     if isinstance(version, (int, float)) and not isinstance(version, bool):
         version = str(version)
-    if isinstance(version, str) and _clean(version, MAX_MESSAGE):
-        return Badge(label, version, "blue")
-    if subject is not None and subject.sha:
-        return Badge(label, subject.sha[:7], "blue")
-    return Badge(label, UNKNOWN, "lightgrey")
+    room = MAX_MESSAGE - len(" (yanked)") if subject is not None and subject.yanked else MAX_MESSAGE
+    if isinstance(version, str) and _clean(version, room):
+        name = _clean(version, room)
+    elif subject is not None and subject.sha:
+        name = subject.sha[:7]
+    else:
+        return Badge(label, UNKNOWN, "lightgrey")
+    return Badge(label, f"{name} (yanked)", "orange") if subject.yanked else Badge(label, name, "blue")
 
 
 # Every badge by name, in the order a page shows them.

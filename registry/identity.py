@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.cache import cache
 
 from registry.hub import HubAccount, HubClient, InvalidToken
@@ -96,8 +97,43 @@ def hub_user_for_token(token: str, *, client: str = "") -> HubUser:
     return HubUser(name=account.name, orgs=account.orgs)
 
 
-def may_request_validation(user, environment: Environment) -> bool:
-    """Staff may re-run any environment; a Hugging Face account may re-run the ones it owns."""
+def owner_namespaces(user) -> set[str]:
+    """The Hub namespaces (lower-case) where `user` acts as an owner: a Hub token's account and its organizations
+    with write access; a signed-in account's, as of its last sign-in; nothing for anyone else."""
+    if user is None or not user.is_authenticated:
+        return set()
+    if isinstance(user, HubUser):
+        return user.namespaces()
+    from registry.services.accounts import account_namespaces
+
+    try:
+        account = user.hub_account
+    except ObjectDoesNotExist:
+        return set()
+    return account_namespaces(account)
+
+
+def may_act_in(user, owner: str) -> bool:
+    """Whether `user` may act for Spaces under the Hub namespace `owner` (staff may act anywhere)."""
     if user is None or not user.is_authenticated:
         return False
-    return bool(user.is_staff) or (isinstance(user, HubUser) and user.owns(environment))
+    return bool(user.is_staff) or owner.lower() in owner_namespaces(user)
+
+
+def may_act(user, environment: Environment) -> bool:
+    """Staff may act on any environment; a Hugging Face account on the Spaces it owns (local folders and
+    imported entries have no Hub owner)."""
+    if user is None or not user.is_authenticated:
+        return False
+    return bool(user.is_staff) or (environment.source == Environment.Source.HUGGINGFACE
+                                   and may_act_in(user, environment.owner))
+
+
+def actor(user) -> str:
+    """How the history names who acted: hf:<account> or staff:<username>."""
+    if isinstance(user, HubUser):
+        return f"hf:{user.name}"
+    try:
+        return f"hf:{user.hub_account.name}"
+    except (AttributeError, ObjectDoesNotExist):
+        return f"staff:{user.get_username()}" if getattr(user, "is_staff", False) else f"user:{user.get_username()}"

@@ -42,6 +42,7 @@ from registry.models import (
     Environment,
     EnvironmentTag,
     IndexProblem,
+    OwnerAction,
     Revision,
     SyncRun,
     ValidationRun,
@@ -85,7 +86,9 @@ def _cards(qs: QuerySet[Environment], *, manifest: bool = False) -> QuerySet[Env
             .defer(*_heavy("head"), *([] if manifest else ["head__manifest_raw"]), "verdict_run__report",
                    "verdict_run__observed",
                    *_heavy("verdict_run__revision"), "verdict_run__revision__manifest_raw",
-                   "verdict_run__revision__manifest"))
+                   "verdict_run__revision__manifest")
+            .annotate(successor_owner=F("successor__owner"), successor_name=F("successor__name"),
+                      head_yank_reason=F("head__yank__reason")))
 
 
 # --- the catalog: search, facets, sorts ---------------------------------------------------------------------
@@ -503,9 +506,20 @@ def _latest_outcome() -> Subquery:
 def revision_list(*, environment: Environment) -> QuerySet[Revision]:
     """The environment's revisions, newest first, summary columns only, each with the outcome of its latest
     finished run as `latest_outcome` (page or slice it)."""
-    return (Revision.objects.filter(environment=environment).only(*REVISION_SUMMARY_FIELDS)
+    return (with_yank(Revision.objects.filter(environment=environment).only(*REVISION_SUMMARY_FIELDS))
             .annotate(latest_outcome=_latest_outcome(), manifest_version=KeyTextTransform("version", "manifest"))
             .order_by("-indexed_at", "-id"))
+
+
+def with_yank(revisions: QuerySet[Revision]) -> QuerySet[Revision]:
+    """Revisions with `yank_reason` and `yanked_at` (None unless their owners yanked them), in the same query."""
+    return revisions.annotate(yank_reason=F("yank__reason"), yanked_at=F("yank__yanked_at"))
+
+
+def environment_history(*, environment: Environment) -> QuerySet[OwnerAction]:
+    """What owners, staff and the Hub's webhooks did to the environment, newest first (slice it)."""
+    return (OwnerAction.objects.filter(environment=environment).select_related("revision")
+            .only("kind", "actor", "via", "detail", "at", "revision__sha").order_by("-at", "-id"))
 
 
 class AmbiguousRevision(Exception):
@@ -587,7 +601,8 @@ def _badge_query(vendor: str) -> tuple[str, tuple]:
     """The SQL of a badge's query and its parameters, compiled by the ORM once per process and database vendor."""
     rows = (Environment.objects.filter(key=_BADGE_KEY).order_by()
             .values_list("verdict_outcome", "runtime_stage", "head_id", "head__sha",
-                         KeyTransform("version", "head__manifest"), "pk")[:1])
+                         KeyTransform("version", "head__manifest"), "pk", "deprecated_at",
+                         "head__yank__yanked_at")[:1])
     return rows.query.sql_with_params()
 
 
@@ -635,24 +650,26 @@ def environment_badge_subject_read(*, owner: str, name: str, revision: str = "")
         row = cursor.fetchone()
     if row is None:
         return None
-    outcome, stage, head_id, sha, version, pk = row
-    asleep = stage in SLEEPING_STAGES
+    outcome, stage, head_id, sha, version, pk, deprecated_at, head_yanked_at = row
+    asleep, deprecated = stage in SLEEPING_STAGES, deprecated_at is not None
     if not revision:
         # Read as the ORM reads a JSON key (SQLite hands numbers over as numbers, the rest as JSON text).
         version = Revision._meta.get_field("manifest").from_db_value(version, _MANIFEST_VERSION, connection)
-        return badges.Subject(outcome=outcome, sleeping=asleep, version=version, sha=sha or "")
+        return badges.Subject(outcome=outcome, sleeping=asleep, version=version, sha=sha or "",
+                              yanked=head_yanked_at is not None, deprecated=deprecated)
     try:
         found = revision_resolve(
             environment=pk, ref=revision,
             revisions=Revision.objects.only("pk", "sha").annotate(
-                latest_outcome=_latest_outcome(), manifest_version=_MANIFEST_VERSION))
+                latest_outcome=_latest_outcome(), manifest_version=_MANIFEST_VERSION, yanked_at=F("yank__yanked_at")))
     except AmbiguousRevision:
         return None
     if found is None:
         return None
     # The Space serves only the head: whether it sleeps says nothing about an older revision.
     return badges.Subject(outcome=found.latest_outcome or "", sleeping=asleep and found.pk == head_id,
-                          version=found.manifest_version, sha=found.sha)
+                          version=found.manifest_version, sha=found.sha, yanked=found.yanked_at is not None,
+                          deprecated=deprecated)
 
 
 # --- the discovery catalog ----------------------------------------------------------------------------------

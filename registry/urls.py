@@ -1,7 +1,7 @@
 from django.urls import path
 
 from registry import converters  # noqa: F401 - registers the <part:…> and <tag:…> converters
-from registry import badges, views
+from registry import badges, owner_views, views
 
 app_name = "registry"
 
@@ -14,6 +14,13 @@ urlpatterns = [
     path("environments/<part:owner>/<part:name>/validate/", views.validation_request, name="validation-request"),
     path("environments/<part:owner>/<part:name>/validations/<int:run_id>/", views.validation_report,
          name="validation-report"),
+    path("environments/<part:owner>/<part:name>/yank/", owner_views.revision_yank, name="revision-yank"),
+    path("environments/<part:owner>/<part:name>/deprecation/", owner_views.deprecation, name="environment-deprecation"),
+    path("environments/<part:owner>/<part:name>/refresh/", owner_views.refresh, name="environment-refresh"),
+    path("account/", owner_views.account, name="account"),
+    path("account/tokens/", owner_views.token_create, name="token-create"),
+    path("account/tokens/<int:token_id>/revoke/", owner_views.token_revoke, name="token-revoke"),
+    path("account/sign-in-failed/", owner_views.sign_in_failed, name="sign-in-failed"),
     # Status badges: /badges/<owner>/<name>/<kind>.svg or .json, named badge-<kind>-<svg|json>.
     *(path(f"badges/<part:owner>/<part:name>/{kind}.{fmt}", views.badge, {"kind": kind, "fmt": fmt},
            name=f"badge-{kind}-{fmt}")

@@ -9,7 +9,8 @@ from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
-from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified, JsonResponse
@@ -19,10 +20,11 @@ from django.views.decorators.cache import never_cache
 from django.utils.http import parse_etags, quote_etag
 from django.views.decorators.http import require_POST, require_safe
 
-from registry import badges, presenters, selectors
-from registry.models import Environment, SyncRun, ValidationRun
+from registry import badges, identity, presenters, selectors
+from registry.models import Environment, OwnerAction, Revision, SyncRun, ValidationRun
 from registry.pulls import pull_forms, pull_target
 from registry.services import validation
+from registry.services.owner import owner_action_record
 from registry.services.catalog import revision_readme_html
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ logger = logging.getLogger(__name__)
 PAGE_SIZE = 20
 REVISIONS_PER_PAGE = 20
 RUNS_SHOWN = 10
+HISTORY_SHOWN = 20
 
 
 def _hub_status() -> dict:
@@ -100,7 +103,8 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
     revision, ref = env.head, request.GET.get("revision", "").strip()
     if ref:
         try:
-            found = selectors.revision_resolve(environment=env, ref=ref)
+            found = selectors.revision_resolve(environment=env, ref=ref, revisions=selectors.with_yank(
+                Revision.objects.defer("files")))
         except selectors.AmbiguousRevision:
             found = None
             notes.append(f"More than one revision starts with {ref[:64]!r}: give more of the sha. Showing the head.")
@@ -109,15 +113,20 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
                 notes.append(f"No revision of {env.repo_id} matches {ref[:64]!r}. Showing the head.")
         revision = found or revision
     staff = request.user.is_staff
-    context = {"env": env, "Status": Environment.Status, "notes": notes, "staff": staff}
+    context = {"env": env, "Status": Environment.Status, "notes": notes, "staff": staff,
+               "can_act": identity.may_act(request.user, env),
+               "history": list(selectors.environment_history(environment=env)[:HISTORY_SHOWN])}
     if revision is not None:
         older = revision.pk != env.head_id
+        if not older:
+            revision.yank_reason = env.head_yank_reason  # loaded with the environment
         run = selectors.revision_run_latest(revision=revision)
         observed = (run.observed or {}) if run else {}
         schemas = observed.get("schemas") if isinstance(observed.get("schemas"), dict) else {}
         good = env.good_run
-        show_good = (not older and env.verdict_outcome in ("fail", "error") and good is not None
-                     and good.revision_id != env.head_id)
+        # Offer the last known good when the head fails, or when its owners yanked it.
+        show_good = (not older and (env.verdict_outcome in ("fail", "error") or env.head_yank_reason is not None)
+                     and good is not None and good.revision_id != env.head_id)
         context.update({
             "revision": revision, "older": older, "run": run,
             "pulls": pull_forms(pull_target(env, revision, hub=settings.HF_ENDPOINT, staff=staff)),
@@ -148,7 +157,9 @@ def _badge_blocks(env: Environment) -> list[dict]:
     the Markdown and HTML that embed it, with absolute URLs to the badge and back to this page."""
     manifest = env.head.manifest if env.head and isinstance(env.head.manifest, dict) else {}
     subject = badges.Subject(outcome=env.verdict_outcome, sleeping=env.runtime_stage in selectors.SLEEPING_STAGES,
-                             version=manifest.get("version"), sha=env.head.sha if env.head else "")
+                             version=manifest.get("version"), sha=env.head.sha if env.head else "",
+                             yanked=getattr(env, "head_yank_reason", None) is not None,
+                             deprecated=env.deprecated_at is not None)
     ids = {"owner": env.owner, "name": env.name}
     page = settings.SITE_URL + reverse("registry:environment", kwargs=ids)
     blocks = []
@@ -203,21 +214,31 @@ def validation_report(request: HttpRequest, owner: str, name: str, run_id: int) 
     return render(request, "registry/validation_report.html", {"env": env, "run": run, "results": results})
 
 
-@staff_member_required
+@login_required
 @require_POST
 def validation_request(request: HttpRequest, owner: str, name: str) -> HttpResponse:
-    """Staff ask for a fresh validation of the head revision (which may wake a sleeping Space)."""
+    """Staff and owners ask for a fresh validation of the head revision (which may wake a sleeping Space);
+    owners wait HUB_RERUN_COOLDOWN_S after the revision's last run, and only staff choose the runner."""
     env = _environment_or_404(owner, name)
+    if not identity.may_act(request.user, env):
+        raise PermissionDenied(f"Only the owners of {env.repo_id} on the Hub and the hub's staff may do this.")
     if env.head is None:
         messages.error(request, "There is no indexed revision to validate.")
-    else:
-        runner = request.POST.get("runner") or None
-        if runner not in (None, *ValidationRun.Runner.values):
-            raise Http404("unknown runner")
+        return redirect("registry:environment", owner=env.owner, name=env.name)
+    runner = (request.POST.get("runner") or None) if request.user.is_staff else None
+    if runner not in (None, *ValidationRun.Runner.values):
+        raise Http404("unknown runner")
+    try:
         run, created = validation.validation_run_request(
             revision=env.head, trigger=ValidationRun.Trigger.REQUEST, runner=runner, wake=True,
-            requested_by=request.user)
-        messages.info(request, f"Validation #{run.pk} {'queued' if created else 'is already ' + run.state}.")
+            requested_by=request.user, cooldown_s=0 if request.user.is_staff else settings.HUB_RERUN_COOLDOWN_S)
+    except validation.RerunTooSoon as exc:
+        messages.error(request, f"This revision was validated moments ago; ask again in {exc.wait_s:.0f} s.")
+        return redirect("registry:environment", owner=env.owner, name=env.name)
+    if created:
+        owner_action_record(environment=env, kind=OwnerAction.Kind.REVALIDATE, actor=identity.actor(request.user),
+                            via=OwnerAction.Via.WEB, revision=env.head, run=run.pk)
+    messages.info(request, f"Validation #{run.pk} {'queued' if created else 'is already ' + run.state}.")
     return redirect("registry:environment", owner=env.owner, name=env.name)
 
 

@@ -1,13 +1,16 @@
-"""`Authorization: Bearer <Hugging Face token>`: the API's way for Hub accounts to act on what they own."""
+"""`Authorization: Bearer <token>`: the API's way for Hub accounts to act on what they own. The token is a personal
+token of this hub (`oeh_…`, scoped, see registry.services.accounts) or a Hugging Face token (vouched for by the
+Hub's whoami)."""
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import status
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.exceptions import APIException, AuthenticationFailed, Throttled
+from rest_framework.exceptions import APIException, AuthenticationFailed, PermissionDenied, Throttled
 from rest_framework.permissions import SAFE_METHODS
 
 from registry import identity
 from registry.hub import HubError, InvalidToken
+from registry.services.accounts import api_token_check, looks_like_api_token
 
 MAX_TOKEN_LENGTH = 512
 
@@ -16,6 +19,53 @@ class HubUnavailable(APIException):
     status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     default_code = "hub_unavailable"
     default_detail = "The Hugging Face Hub could not confirm the token right now; try again shortly."
+
+
+def _bearer(request) -> str | None:
+    """The Bearer token of a write, checked for shape; None when the request carries none (or is a read)."""
+    if request.method in SAFE_METHODS:
+        return None
+    parts = get_authorization_header(request).split()
+    if not parts:
+        return None
+    if parts[0].lower() != b"bearer":
+        scheme = parts[0].decode("ascii", "replace")[:20]
+        raise AuthenticationFailed(f"This API takes 'Authorization: Bearer <token>' (a personal token of this hub "
+                                   f"or a Hugging Face token); {scheme!r} is not a scheme it accepts.")
+    if len(parts) != 2:
+        raise AuthenticationFailed("Send exactly one token: 'Authorization: Bearer <token>'.")
+    try:
+        token = parts[1].decode("ascii")
+    except UnicodeDecodeError:
+        raise AuthenticationFailed("The token is not ASCII; tokens are.") from None
+    if len(token) > MAX_TOKEN_LENGTH or not token.isprintable():
+        raise AuthenticationFailed("That is not a token.")
+    return token
+
+
+class ApiTokenAuthentication(BaseAuthentication):
+    """A personal token of this hub (`oeh_…`): its user, and the token as `request.auth` (for its scopes).
+    Reads are public and never look at it."""
+
+    def authenticate(self, request):
+        token = _bearer(request)
+        if token is None or not looks_like_api_token(token):
+            return None
+        checked = api_token_check(token)
+        if checked.token is None:
+            raise AuthenticationFailed(checked.problem)
+        return checked.token.user, checked.token
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="openenv-hub"'
+
+
+def require_scope(request, scope: str) -> None:
+    """A personal token must carry `scope` for this action; a Hugging Face token or a session acts in full."""
+    from registry.models import ApiToken
+
+    if isinstance(request.auth, ApiToken) and scope not in request.auth.scopes:
+        raise PermissionDenied(f"This token ({request.auth.name}) lacks the {scope!r} scope; create one that has it.")
 
 
 class HubTokenAuthentication(BaseAuthentication):
@@ -29,23 +79,9 @@ class HubTokenAuthentication(BaseAuthentication):
     keyword = b"bearer"
 
     def authenticate(self, request):
-        if request.method in SAFE_METHODS:
+        token = _bearer(request)
+        if token is None:
             return None
-        parts = get_authorization_header(request).split()
-        if not parts:
-            return None
-        if parts[0].lower() != self.keyword:
-            scheme = parts[0].decode("ascii", "replace")[:20]
-            raise AuthenticationFailed(f"This API takes 'Authorization: Bearer <Hugging Face token>'; "
-                                       f"{scheme!r} is not a scheme it accepts.")
-        if len(parts) != 2:
-            raise AuthenticationFailed("Send exactly one token: 'Authorization: Bearer <Hugging Face token>'.")
-        try:
-            token = parts[1].decode("ascii")
-        except UnicodeDecodeError:
-            raise AuthenticationFailed("The token is not ASCII; Hugging Face tokens are.") from None
-        if len(token) > MAX_TOKEN_LENGTH or not token.isprintable():
-            raise AuthenticationFailed("That is not a Hugging Face token.")
         try:
             return identity.hub_user_for_token(token, client=request.META.get("REMOTE_ADDR", "")), None
         except identity.TooManyLookups as exc:
@@ -63,6 +99,16 @@ def has_token(request, *, scheme: str = "bearer") -> bool:
     """Whether the request carries an Authorization header of `scheme` (without looking the token up)."""
     parts = get_authorization_header(request).split()
     return bool(parts) and parts[0].lower() == scheme.encode()
+
+
+class ApiTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "registry.api.authentication.ApiTokenAuthentication"
+    name = "PersonalToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "http", "scheme": "bearer", "description": (
+            "A personal token of this hub (oeh_…), created on the website after signing in with Hugging Face: "
+            "scoped (read, publish, evaluate), expiring, revocable. Owner actions need the publish scope.")}
 
 
 class HubTokenScheme(OpenApiAuthenticationExtension):

@@ -12,9 +12,9 @@ from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from registry import presenters
-from registry.models import Environment, IndexProblem, Revision, ValidationRun
+from registry.models import ID_PART, Environment, IndexProblem, OwnerAction, Revision, ValidationRun
 from registry.pulls import pull_forms, pull_target
-from registry.selectors import environment_tags
+from registry.selectors import REVISION_SUMMARY_FIELDS, environment_tags, with_yank
 
 
 def _absolute(context: dict, path: str) -> str:
@@ -28,15 +28,79 @@ class IndexProblemSerializer(serializers.ModelSerializer):
         fields = ["code", "message", "sha", "transient", "first_seen_at", "last_seen_at", "occurrences"]
 
 
+YANK_SCHEMA = inline_serializer("Yank", {
+    "reason": serializers.CharField(), "yanked_at": serializers.DateTimeField()}, allow_null=True)
+
+
+def revision_rows():
+    """Revisions as the API shows them: summary columns and their yank (registry.selectors.with_yank)."""
+    return with_yank(Revision.objects.only(*REVISION_SUMMARY_FIELDS))
+
+
 class RevisionSerializer(serializers.ModelSerializer):
-    """One revision: what was read at one commit sha (or, for local folders, one content digest)."""
+    """One revision: what was read at one commit sha (or, for local folders, one content digest), and whether its
+    owners yanked it (`yanked`: the reason and when; null when not)."""
+
+    yanked = serializers.SerializerMethodField()
 
     class Meta:
         model = Revision
         fields = [
             "sha", "indexed_at", "content_digest", "manifest_name", "package_name", "openenv_requirement",
-            "space_id", "subdomain", "host", "sdk", "tags", "hub_last_modified", "runtime_stage",
+            "space_id", "subdomain", "host", "sdk", "tags", "hub_last_modified", "runtime_stage", "yanked",
         ]
+
+    @extend_schema_field(YANK_SCHEMA)
+    def get_yanked(self, revision: Revision) -> dict | None:
+        if getattr(revision, "yanked_at", None) is None:
+            return None
+        return {"reason": revision.yank_reason,
+                "yanked_at": serializers.DateTimeField().to_representation(revision.yanked_at)}
+
+
+class YankRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=1000, help_text="Why, in a sentence: everyone who pulls it reads it.")
+
+
+class DeprecationRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField(max_length=1000, help_text="Why, in a sentence.")
+    successor = serializers.RegexField(rf"^{ID_PART}/{ID_PART}$", required=False, allow_blank=True,
+                                       help_text="owner/name of the environment to use instead.")
+
+
+DEPRECATION_FIELDS = {"reason": serializers.CharField(), "deprecated_at": serializers.DateTimeField(),
+                      "successor": serializers.CharField(allow_null=True)}
+DEPRECATION_SCHEMA = inline_serializer("Deprecation", DEPRECATION_FIELDS, allow_null=True)
+
+
+class DeprecationSerializer(serializers.Serializer):
+    deprecated = inline_serializer("DeprecationState", DEPRECATION_FIELDS, allow_null=True)
+
+
+def deprecation_data(env: Environment) -> dict | None:
+    """{"reason", "deprecated_at", "successor": "owner/name" or null}, or None when the environment is not
+    deprecated. Reads the successor's name as registry.selectors loads it (successor_owner, successor_name)."""
+    if env.deprecated_at is None:
+        return None
+    owner, name = getattr(env, "successor_owner", None), getattr(env, "successor_name", None)
+    if owner is None and env.successor_id is not None:
+        owner, name = env.successor.owner, env.successor.name
+    return {"reason": env.deprecation_reason,
+            "deprecated_at": serializers.DateTimeField().to_representation(env.deprecated_at),
+            "successor": f"{owner}/{name}" if owner else None}
+
+
+class RefreshAcceptedSerializer(serializers.Serializer):
+    environment = serializers.CharField()
+    status = serializers.ChoiceField(choices=["queued"])
+
+
+class OwnerActionSerializer(serializers.ModelSerializer):
+    revision = serializers.CharField(source="revision.sha", default=None, allow_null=True)
+
+    class Meta:
+        model = OwnerAction
+        fields = ["kind", "actor", "via", "revision", "detail", "at"]
 
 
 class RevisionDetailSerializer(RevisionSerializer):
@@ -106,6 +170,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
     tags = serializers.SerializerMethodField()
     index_errors = serializers.SerializerMethodField()
     verdict = serializers.SerializerMethodField()
+    deprecated = serializers.SerializerMethodField()
     url = serializers.SerializerMethodField()
     page_url = serializers.SerializerMethodField()
 
@@ -114,8 +179,12 @@ class EnvironmentSerializer(serializers.ModelSerializer):
         fields = [
             "id", "owner", "name", "source", "status", "status_reason", "status_changed_at", "head_sha",
             "manifest_name", "description", "tags", "likes", "runtime_stage", "mode", "has_mcp", "step_p50_ms",
-            "updated_at", "changed_at", "index_errors", "verdict", "url", "page_url",
+            "updated_at", "changed_at", "index_errors", "verdict", "deprecated", "url", "page_url",
         ]
+
+    @extend_schema_field(DEPRECATION_SCHEMA)
+    def get_deprecated(self, env: Environment) -> dict | None:
+        return deprecation_data(env)
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_tags(self, env: Environment) -> list[str]:

@@ -19,13 +19,13 @@ from rest_framework.response import Response
 
 from registry import identity, selectors
 from registry.api import serializers as s
-from registry.api.authentication import has_token
+from registry.api.authentication import has_token, require_scope
 from registry.api.errors import ERROR_RESPONSES
 from registry.api.pagination import KeysetPagination
 from registry.api.params import EnvironmentListParams
 from registry.api.throttling import rate_limit_headers
-from registry.models import ID_PART, Environment, ValidationRun
-from registry.services import validation
+from registry.models import ID_PART, Environment, OwnerAction, Revision, ValidationRun
+from registry.services import owner, validation
 
 # Revisions shown with an environment's detail; all of them are paged at .../revisions/.
 RECENT_REVISIONS = 20
@@ -185,7 +185,8 @@ class RevisionDetail(EnvironmentMixin, generics.GenericAPIView):
         env = self.get_environment()
         ref = self.kwargs["sha"]
         try:
-            revision = selectors.revision_resolve(environment=env, ref=ref)
+            revision = selectors.revision_resolve(environment=env, ref=ref,
+                                                  revisions=selectors.with_yank(Revision.objects.defer("files")))
         except selectors.AmbiguousRevision:
             raise ValidationError({"sha": [f"{ref!r} starts more than one revision of {env.repo_id}: give more of it"]})
         if revision is None:
@@ -198,36 +199,63 @@ class RevisionDetail(EnvironmentMixin, generics.GenericAPIView):
         return response
 
 
-class MayRequestValidation(permissions.BasePermission):
-    """Anyone reads; staff, and the environment's owner on the Hub (by token), request validations."""
+class OwnersAct(permissions.BasePermission):
+    """Anyone reads; staff, and the environment's owners on the Hub, act on it (by token or signed in)."""
 
-    message = ("Only staff and the environment's owner may request a validation: send "
-               "'Authorization: Bearer <Hugging Face token>' of the owning account or of a member of the owning "
-               "organization.")
+    message = ("Only staff and the environment's owners may do this: the Hub account that owns it, or a member "
+               "with write access of the organization that does, by a personal token of this hub (publish scope), "
+               "a Hugging Face token, or signed in.")
 
     def has_permission(self, request, view):
         return request.method in permissions.SAFE_METHODS or bool(request.user and request.user.is_authenticated)
 
     def has_object_permission(self, request, view, obj):
-        return request.method in permissions.SAFE_METHODS or identity.may_request_validation(request.user, obj)
+        return request.method in permissions.SAFE_METHODS or identity.may_act(request.user, obj)
 
 
-class ValidationRunList(EnvironmentMixin, generics.ListAPIView):
+class OwnerActionMixin(EnvironmentMixin):
+    """Writes on an environment by its owners: an unknown environment is a 404 before any token is looked at, a
+    token on an environment no Hub account owns is a 403 at once, a personal token needs the publish scope."""
+
+    permission_classes = [OwnersAct]
+
+    def check_permissions(self, request):
+        if request.method in permissions.SAFE_METHODS:
+            super().check_permissions(request)
+        # Writes decide once they know the environment (see authorize).
+
+    def authorize(self, request, env: Environment) -> None:
+        if env.source != Environment.Source.HUGGINGFACE and has_token(request, scheme="bearer"):
+            # No Hub account owns a local folder or an imported entry: refuse without asking the Hub.
+            raise PermissionDenied(f"{env.repo_id} does not come from the Hugging Face Hub, so no Hub account owns "
+                                   "it: only the hub's staff can act on it.")
+        super().check_permissions(request)
+        self.throttle_account(request)
+        require_scope(request, "publish")
+        self.check_object_permissions(request, env)
+
+    @property
+    def actor(self) -> str:
+        return identity.actor(self.request.user)
+
+
+def _reason_of(request) -> str:
+    reason = request.data.get("reason", "") if isinstance(request.data, dict) else ""
+    if not isinstance(reason, str):
+        raise ValidationError({"reason": ["must be a string"]})
+    return reason
+
+
+class ValidationRunList(OwnerActionMixin, generics.ListAPIView):
     """GET: the environment's validation runs, newest first. POST (staff, owner): request a run of the head revision.
 
     Owners wait HUB_RERUN_COOLDOWN_S after the revision's last finished run (429 with Retry-After); staff don't.
     """
 
     serializer_class = s.ValidationRunSerializer
-    permission_classes = [MayRequestValidation]
 
     def get_queryset(self):
         return selectors.validation_run_list(environment=self.get_environment())
-
-    def check_permissions(self, request):
-        if request.method in permissions.SAFE_METHODS:
-            super().check_permissions(request)
-        # POST decides once it knows the environment (an unknown one is a 404 before any token is checked).
 
     @extend_schema(operation_id="validations_list", responses={200: s.ValidationRunSerializer(many=True),
                                                                **ERROR_RESPONSES})
@@ -238,13 +266,7 @@ class ValidationRunList(EnvironmentMixin, generics.ListAPIView):
         202: s.ValidationRunSerializer, 200: s.ValidationRunSerializer, **ERROR_RESPONSES})
     def post(self, request, *args, **kwargs):
         env = self.get_environment()
-        if env.source != Environment.Source.HUGGINGFACE and has_token(request, scheme="bearer"):
-            # No Hub account owns a local folder: refuse without asking the Hub about the token.
-            raise PermissionDenied("This environment comes from a local source, which no Hugging Face account owns: "
-                                   "only the hub's staff can validate it.")
-        super().check_permissions(request)
-        self.throttle_account(request)
-        self.check_object_permissions(request, env)
+        self.authorize(request, env)
         if env.head is None:
             raise ValidationError({"revision": ["this environment has no indexed revision to validate"]})
         params = s.ValidationRequestSerializer(data=request.data)
@@ -259,6 +281,9 @@ class ValidationRunList(EnvironmentMixin, generics.ListAPIView):
             )
         except validation.RerunTooSoon as exc:
             raise Throttled(wait=exc.wait_s, detail="This revision was validated moments ago.") from None
+        if created:
+            owner.owner_action_record(environment=env, kind=OwnerAction.Kind.REVALIDATE, actor=self.actor,
+                                      via=OwnerAction.Via.API, revision=env.head, run=run.pk)
         return Response(s.ValidationRunSerializer(run).data,
                         status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)
 
@@ -321,5 +346,125 @@ class OwnerList(ApiView, generics.ListAPIView):
         return selectors.owner_counts()
 
     @extend_schema(operation_id="owners_list", responses={200: s.OwnerCountSerializer(many=True), **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class EnvironmentRefresh(OwnerActionMixin, generics.GenericAPIView):
+    """POST (staff, owners): read the Space from the Hub now, as `openenv-hub push` does after a push. Works for a
+    Space the hub has not indexed yet (its owners may ask); at most once per HUB_REFRESH_COOLDOWN_S a Space."""
+
+    serializer_class = s.RefreshAcceptedSerializer
+
+    @extend_schema(operation_id="environments_refresh", request=None,
+                   responses={202: s.RefreshAcceptedSerializer, **ERROR_RESPONSES})
+    def post(self, request, *args, **kwargs):
+        env = selectors.environment_get(owner=self.kwargs["owner"], name=self.kwargs["name"])
+        if env is not None:
+            self.authorize(request, env)
+            repo_id = env.repo_id
+        else:  # not indexed yet: its future owners are whoever may act in its namespace on the Hub
+            super().check_permissions(request)
+            self.throttle_account(request)
+            require_scope(request, "publish")
+            if not identity.may_act_in(request.user, self.kwargs["owner"]):
+                raise PermissionDenied(OwnersAct.message)
+            repo_id = f"{self.kwargs['owner']}/{self.kwargs['name']}"
+        if env is not None and env.source != Environment.Source.HUGGINGFACE:
+            raise ValidationError({"environment": [f"{repo_id} does not come from the Hub: nothing to refresh"]})
+        try:
+            owner.space_refresh_request(repo_id=repo_id, environment=env, actor=self.actor, via=OwnerAction.Via.API)
+        except owner.RefreshTooSoon as exc:
+            raise Throttled(wait=exc.wait_s, detail="This Space was refreshed moments ago.") from None
+        return Response({"environment": repo_id, "status": "queued"}, status=status.HTTP_202_ACCEPTED)
+
+
+class RevisionYankView(OwnerActionMixin, generics.GenericAPIView):
+    """POST {"reason"} (staff, owners): yank a revision (by sha or unique prefix); DELETE: restore it. A yanked
+    revision stays listed and pullable by its sha, is never the last known good, and is marked everywhere."""
+
+    serializer_class = s.RevisionSerializer
+
+    def _revision(self, env):
+        ref = self.kwargs["sha"]
+        try:
+            revision = selectors.revision_resolve(environment=env, ref=ref, revisions=s.revision_rows())
+        except selectors.AmbiguousRevision:
+            raise ValidationError({"sha": [f"{ref!r} starts more than one revision of {env.repo_id}: give more of it"]})
+        if revision is None:
+            raise NotFound(f"No revision of {env.repo_id} matches {ref!r}.")
+        revision.environment = env
+        return revision
+
+    def _answer(self, revision):
+        return Response(s.RevisionSerializer(s.revision_rows().get(pk=revision.pk)).data)
+
+    @extend_schema(operation_id="revisions_yank", request=s.YankRequestSerializer,
+                   responses={200: s.RevisionSerializer, **ERROR_RESPONSES})
+    def post(self, request, *args, **kwargs):
+        env = self.get_environment()
+        self.authorize(request, env)
+        revision = self._revision(env)
+        try:
+            owner.revision_yank(revision=revision, reason=_reason_of(request), actor=self.actor, via=OwnerAction.Via.API)
+        except owner.ActionRefused as exc:
+            raise ValidationError({"reason": [str(exc)]}) from None
+        return self._answer(revision)
+
+    @extend_schema(operation_id="revisions_unyank", request=None,
+                   responses={200: s.RevisionSerializer, **ERROR_RESPONSES})
+    def delete(self, request, *args, **kwargs):
+        env = self.get_environment()
+        self.authorize(request, env)
+        revision = self._revision(env)
+        owner.revision_unyank(revision=revision, actor=self.actor, via=OwnerAction.Via.API)
+        return self._answer(revision)
+
+
+class EnvironmentDeprecation(OwnerActionMixin, generics.GenericAPIView):
+    """POST {"reason", "successor"?: "owner/name"} (staff, owners): deprecate the environment (again, to change
+    the reason or successor); DELETE: lift it."""
+
+    serializer_class = s.DeprecationRequestSerializer
+
+    @extend_schema(operation_id="environments_deprecate", request=s.DeprecationRequestSerializer,
+                   responses={200: s.DeprecationSerializer, **ERROR_RESPONSES})
+    def post(self, request, *args, **kwargs):
+        env = self.get_environment()
+        self.authorize(request, env)
+        params = s.DeprecationRequestSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        successor = None
+        if params.validated_data.get("successor"):
+            successor_owner, _, successor_name = params.validated_data["successor"].partition("/")
+            successor = selectors.environment_get(owner=successor_owner, name=successor_name)
+            if successor is None:
+                raise ValidationError({"successor": [f"no environment {params.validated_data['successor']} here"]})
+        try:
+            owner.environment_deprecate(environment=env, reason=params.validated_data["reason"], successor=successor,
+                                        actor=self.actor, via=OwnerAction.Via.API)
+        except owner.ActionRefused as exc:
+            raise ValidationError({"deprecation": [str(exc)]}) from None
+        return Response({"deprecated": s.deprecation_data(selectors.environment_get(owner=env.owner, name=env.name))})
+
+    @extend_schema(operation_id="environments_undeprecate", request=None,
+                   responses={200: s.DeprecationSerializer, **ERROR_RESPONSES})
+    def delete(self, request, *args, **kwargs):
+        env = self.get_environment()
+        self.authorize(request, env)
+        owner.environment_undeprecate(environment=env, actor=self.actor, via=OwnerAction.Via.API)
+        return Response({"deprecated": s.deprecation_data(selectors.environment_get(owner=env.owner, name=env.name))})
+
+
+class EnvironmentHistory(EnvironmentMixin, generics.ListAPIView):
+    """What owners, staff and the Hub's webhooks did to the environment (who, what, when, why), newest first."""
+
+    serializer_class = s.OwnerActionSerializer
+
+    def get_queryset(self):
+        return selectors.environment_history(environment=self.get_environment())
+
+    @extend_schema(operation_id="environments_history", responses={200: s.OwnerActionSerializer(many=True),
+                                                                    **ERROR_RESPONSES})
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)

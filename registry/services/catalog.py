@@ -60,7 +60,9 @@ def environment_catalog_refresh(*, environment_id: int) -> None:
         runs = _finished(env.pk).defer("observed")
         verdict = (runs.annotate(on_head=Case(When(revision_id=env.head_id, then=Value(0)), default=Value(1)))
                    .order_by("on_head", "-finished_at", "-id").first())
-        good = runs.filter(outcome=ValidationRun.Outcome.PASS).order_by("-finished_at", "-id").first()
+        # A yanked revision is never the last known good: its owners said not to use it.
+        good = (runs.filter(outcome=ValidationRun.Outcome.PASS, revision__yank__isnull=True)
+                .order_by("-finished_at", "-id").first())
         report = verdict.report if verdict else None
         episode = _measured(good.report if good else None, "hub.ws_episode")
         p50 = (episode.get("step_latency_s") or {}).get("p50") if isinstance(episode.get("step_latency_s"), dict) else None

@@ -28,8 +28,9 @@ def wsgi_in_the_test_transaction():
 
 
 @pytest.fixture
-def data(tiny_envs, wsgi_in_the_test_transaction):
-    """Something to find: local/alpha with a finished validation (most generated names still miss: 404s)."""
+def data(tiny_envs, wsgi_in_the_test_transaction, hub_stub):
+    """Something to find: local/alpha with a finished validation (most generated names still miss: 404s), and a
+    Hub (the stand-in) to ask about generated tokens, which it refuses (a Hub that cannot be reached is a 503)."""
     from tests.registry.test_pages import finish
 
     finish(tiny_envs, "pass")

@@ -19,6 +19,7 @@ route                                                    kind          client ca
 ``POST /api/spaces/{id}/paths-info/{rev}``               ``paths_info`` ``get_paths_info``
 ``HEAD|GET /spaces/{id}/resolve/{rev}/{path}``           ``resolve``   ``hf_hub_download``
 ``GET /api/whoami-v2``                                   ``whoami``    ``whoami``
+``/oauth/*``, ``/.well-known/openid-configuration``      ``oauth``     sign-in (``hub_oauth.py``)
 anything else                                            ``unknown``   404 JSON
 =======================================================  ============  ===========================
 
@@ -92,7 +93,7 @@ RUNTIME_STAGES = (
 )
 _SERVING_STAGES = {"RUNNING", "RUNNING_BUILDING", "RUNNING_APP_STARTING"}
 
-KINDS = ("list", "info", "tree", "paths_info", "resolve", "whoami", "unknown")
+KINDS = ("list", "info", "tree", "paths_info", "resolve", "whoami", "oauth", "unknown")
 
 # Fields a listing item or space_info may carry (the `expand` vocabulary of
 # huggingface_hub 2.4's ExpandSpaceProperty_T, plus `host`).
@@ -438,6 +439,9 @@ class HubStub:
         server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         server.daemon_threads = True
         self._server = server
+        from tests.support.hub_oauth import OAuthProvider
+
+        self.oauth = OAuthProvider(self.url)
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -936,6 +940,8 @@ class HubStub:
 
         if segs == ["api", "whoami-v2"]:
             return "whoami", None, only(("GET",), lambda: self._whoami(headers))
+        if segs[:1] == ["oauth"] or segs == [".well-known", "openid-configuration"]:  # sign-in (hub_oauth.py)
+            return "oauth", None, lambda: _Response(*self.oauth.handle(method, segs, query, body, headers))
         if segs == ["api", "spaces"]:
             return "list", None, only(("GET",), lambda: self._list(raw_path, pairs, query))
         if len(segs) >= 4 and segs[:2] == ["api", "spaces"]:
