@@ -1,7 +1,7 @@
 from django.urls import path
 
 from registry import converters  # noqa: F401 - registers the <part:…> and <tag:…> converters
-from registry import badges, owner_views, views
+from registry import badges, feeds, owner_views, views
 
 app_name = "registry"
 
@@ -17,6 +17,9 @@ urlpatterns = [
     path("environments/<part:owner>/<part:name>/yank/", owner_views.revision_yank, name="revision-yank"),
     path("environments/<part:owner>/<part:name>/deprecation/", owner_views.deprecation, name="environment-deprecation"),
     path("environments/<part:owner>/<part:name>/refresh/", owner_views.refresh, name="environment-refresh"),
+    path("feeds/environments.atom", feeds.EnvironmentsFeed(), name="feed-environments"),
+    path("feeds/verdicts.atom", feeds.VerdictsFeed(), name="feed-verdicts"),
+    path("environments/<part:owner>/<part:name>/feed.atom", feeds.EnvironmentFeed(), name="feed-environment"),
     path("account/", owner_views.account, name="account"),
     path("account/tokens/", owner_views.token_create, name="token-create"),
     path("account/tokens/<int:token_id>/revoke/", owner_views.token_revoke, name="token-revoke"),

@@ -328,3 +328,39 @@ def test_owners_manage_from_the_page_and_others_do_not_see_the_forms(published, 
     assert client.post("/environments/alice/maze/validate/").status_code == 302
     assert ValidationRun.objects.filter(environment=env).count() == 1
     assert OwnerAction.objects.filter(environment=env, via="web").count() == 3
+
+
+# --- feeds ------------------------------------------------------------------------------------------------------
+
+ATOM = "{http://www.w3.org/2005/Atom}"
+
+
+def entries(client, path: str) -> list[tuple[str, str]]:
+    import xml.etree.ElementTree as ET
+
+    response = client.get(path)
+    assert response.status_code == 200 and response["Content-Type"].startswith("application/atom+xml")
+    root = ET.fromstring(response.content)
+    return [(e.findtext(f"{ATOM}title"), e.findtext(f"{ATOM}summary") or "") for e in root.iter(f"{ATOM}entry")]
+
+
+def test_feeds_site_wide_and_per_environment(published, client):
+    env = Environment.objects.select_related("head").get(key="alice/maze")
+    run, _ = validation.validation_run_request(revision=env.head, trigger="request")
+    validation.validation_run_start(run_id=run.pk)
+    validation.validation_run_finish(run_id=run.pk, outcome="fail", report={"verdict": "fail", "results": [
+        {"check_id": "hub.ws_episode", "status": "fail", "measured": {}, "evidence": [], "duration_s": 0}]})
+    owner_service.revision_yank(revision=env.head, reason="Broken <b>rewards</b>\x07.", actor="hf:alice", via="api")
+    owner_service.environment_deprecate(environment=env, reason="Old.", successor=None, actor="hf:alice", via="api")
+    site = entries(client, "/feeds/environments.atom")
+    assert {title.split(" at ")[0] for title, _ in site} == {"alice/maze", "acme/robot"}
+    verdicts = entries(client, "/feeds/verdicts.atom")
+    assert verdicts == [(f"alice/maze fails at {env.head.sha[:12]}", "Failing checks: hub.ws_episode.")]
+    own = [title for title, _ in entries(client, "/environments/alice/maze/feed.atom")]
+    assert own[:2] == ["Deprecated the environment", f"Yanked a revision {env.head.sha[:12]}"]
+    assert f"Fails at {env.head.sha[:12]}" in own and f"New revision {env.head.sha[:12]}" in own
+    summaries = dict(entries(client, "/environments/alice/maze/feed.atom"))
+    assert summaries[f"Yanked a revision {env.head.sha[:12]}"] == "Broken <b>rewards</b>."  # text, control char gone
+    page = client.get("/environments/alice/maze/").content.decode()
+    assert 'type="application/atom+xml"' in page and "/environments/alice/maze/feed.atom" in page
+    assert client.get("/environments/nobody/nothing/feed.atom").status_code == 404
