@@ -1,9 +1,47 @@
 """Operators' view of the index. Revisions and problems are read-only: the indexer owns them."""
 
 from django.contrib import admin, messages
+from django.template.response import TemplateResponse
 
-from registry.models import Environment, IndexProblem, Revision, SyncRun, ValidationRun
-from registry.services import validation
+from registry import identity, selectors
+from registry.models import (
+    Account,
+    ApiToken,
+    Environment,
+    IndexProblem,
+    OwnerAction,
+    Revision,
+    RevisionYank,
+    SyncRun,
+    ValidationRun,
+)
+from registry.services import accounts, owner, validation
+
+
+def _with_reason(modeladmin, request, queryset, *, title: str, apply, successor: bool = False):
+    """An admin action that asks for a reason (and a successor) on an intermediate page, then applies
+    `apply(obj, reason, successor)` to each selected object through the services (so history records it)."""
+    if "apply" in request.POST:
+        named = request.POST.get("successor", "").strip()
+        found = None
+        if named:
+            s_owner, _, s_name = named.partition("/")
+            found = selectors.environment_get(owner=s_owner, name=s_name) if s_name else None
+            if found is None:
+                modeladmin.message_user(request, f"No environment {named}.", messages.ERROR)
+                return None
+        done = 0
+        for obj in queryset:
+            try:
+                done += bool(apply(obj, request.POST.get("reason", ""), found))
+            except owner.ActionRefused as exc:
+                modeladmin.message_user(request, f"{obj}: {exc}", messages.ERROR)
+        modeladmin.message_user(request, f"{title}: {done} done.", messages.SUCCESS)
+        return None
+    return TemplateResponse(request, "admin/registry/reason.html", {
+        **modeladmin.admin_site.each_context(request), "title": title, "objects": queryset,
+        "action": request.POST.get("action"), "successor": successor, "opts": modeladmin.model._meta,
+        "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME)})
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -38,7 +76,32 @@ class EnvironmentAdmin(admin.ModelAdmin):
     # by the next sync, and a half-edit (status without its time) would break the table's constraints.
     readonly_fields = [f.name for f in Environment._meta.fields]
     inlines = [RevisionInline]
-    actions = ["validate_head"]
+    actions = ["validate_head", "refresh", "deprecate", "undeprecate"]
+
+    @admin.action(description="Refresh from the Hub now")
+    def refresh(self, request, queryset):
+        sent = 0
+        for env in queryset.filter(source=Environment.Source.HUGGINGFACE):
+            try:
+                owner.space_refresh_request(repo_id=env.repo_id, environment=env, actor=identity.actor(request.user),
+                                            via=OwnerAction.Via.ADMIN)
+                sent += 1
+            except owner.RefreshTooSoon:
+                pass
+        self.message_user(request, f"{sent} refresh(es) sent.", messages.SUCCESS)
+
+    @admin.action(description="Deprecate (with a reason and an optional successor)")
+    def deprecate(self, request, queryset):
+        return _with_reason(self, request, queryset, title="Deprecate", successor=True, apply=lambda env, reason, to:
+                            owner.environment_deprecate(environment=env, reason=reason, successor=to,
+                                                        actor=identity.actor(request.user), via=OwnerAction.Via.ADMIN)
+                            or True)
+
+    @admin.action(description="Lift the deprecation")
+    def undeprecate(self, request, queryset):
+        lifted = sum(owner.environment_undeprecate(environment=env, actor=identity.actor(request.user),
+                                                   via=OwnerAction.Via.ADMIN) for env in queryset)
+        self.message_user(request, f"{lifted} deprecation(s) lifted.", messages.SUCCESS)
 
     @admin.action(description="Validate the head revision now (may wake a sleeping Space)")
     def validate_head(self, request, queryset):
@@ -61,6 +124,56 @@ class RevisionAdmin(ReadOnlyAdmin):
     list_display = ["environment", "sha", "manifest_name", "package_name", "indexed_at"]
     search_fields = ["environment__key", "sha", "manifest_name", "package_name"]
     list_select_related = ["environment"]
+    actions = ["yank", "unyank"]
+
+    @admin.action(description="Yank (with a reason)")
+    def yank(self, request, queryset):
+        return _with_reason(self, request, queryset, title="Yank", apply=lambda rev, reason, _:
+                            owner.revision_yank(revision=rev, reason=reason, actor=identity.actor(request.user),
+                                                via=OwnerAction.Via.ADMIN))
+
+    @admin.action(description="Restore (un-yank)")
+    def unyank(self, request, queryset):
+        restored = sum(owner.revision_unyank(revision=rev, actor=identity.actor(request.user),
+                                             via=OwnerAction.Via.ADMIN) for rev in queryset.select_related("environment"))
+        self.message_user(request, f"{restored} revision(s) restored.", messages.SUCCESS)
+
+
+
+@admin.register(RevisionYank)
+class RevisionYankAdmin(ReadOnlyAdmin):
+    list_display = ["revision", "reason", "actor", "yanked_at"]
+    list_select_related = ["revision", "revision__environment"]
+
+
+@admin.register(OwnerAction)
+class OwnerActionAdmin(ReadOnlyAdmin):
+    list_display = ["at", "environment", "kind", "revision", "actor", "via"]
+    list_filter = ["kind", "via"]
+    search_fields = ["environment__key", "actor"]
+    list_select_related = ["environment", "revision"]
+
+
+@admin.register(Account)
+class AccountAdmin(ReadOnlyAdmin):
+    list_display = ["name", "hub_id", "user", "signed_in_at"]
+    search_fields = ["name", "hub_id"]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(ReadOnlyAdmin):
+    """Tokens by name and prefix only: the hub holds no secret to show."""
+
+    list_display = ["name", "prefix", "user", "scopes", "created_at", "expires_at", "revoked_at", "last_used_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "prefix", "user__username"]
+    exclude = ["digest"]
+    actions = ["revoke"]
+
+    @admin.action(description="Revoke")
+    def revoke(self, request, queryset):
+        revoked = sum(accounts.api_token_revoke(token=t) for t in queryset)
+        self.message_user(request, f"{revoked} token(s) revoked.", messages.SUCCESS)
 
 
 @admin.register(IndexProblem)

@@ -364,3 +364,22 @@ def test_feeds_site_wide_and_per_environment(published, client):
     page = client.get("/environments/alice/maze/").content.decode()
     assert 'type="application/atom+xml"' in page and "/environments/alice/maze/feed.atom" in page
     assert client.get("/environments/nobody/nothing/feed.atom").status_code == 404
+
+
+def test_staff_act_in_the_admin_and_history_says_so(published, admin_client):
+    env = Environment.objects.select_related("head").get(key="alice/maze")
+    url = "/admin/registry/revision/"
+    asked = admin_client.post(url, {"action": "yank", "_selected_action": [env.head.pk]})
+    assert asked.status_code == 200 and b'name="reason"' in asked.content  # the reason is asked for first
+    done = admin_client.post(url, {"action": "yank", "_selected_action": [env.head.pk], "apply": "Yank",
+                                   "reason": "Leaks a key in its logs."})
+    assert done.status_code == 302 and RevisionYank.objects.get().reason == "Leaks a key in its logs."
+    admin_client.post("/admin/registry/environment/", {"action": "deprecate", "_selected_action": [env.pk],
+                                                       "apply": "Deprecate", "reason": "Unmaintained.",
+                                                       "successor": "acme/robot"})
+    env.refresh_from_db()
+    assert env.deprecation_reason == "Unmaintained." and env.successor.repo_id == "acme/robot"
+    kinds = list(OwnerAction.objects.filter(environment=env).values_list("kind", "via", "actor"))
+    assert kinds == [("deprecate", "admin", "staff:admin"), ("yank", "admin", "staff:admin")]
+    assert admin_client.get("/admin/registry/owneraction/").status_code == 200
+    assert admin_client.get("/admin/registry/apitoken/").status_code == 200
