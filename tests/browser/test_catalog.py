@@ -131,13 +131,53 @@ def test_no_serious_or_critical_accessibility_violation(open_page, scheme):
     assert found == {}
 
 
+def signed_in(open_page, path: str, **options):
+    """A page opened by the demo's staff account, signed in through the admin's sign-in form."""
+    from tests.support.demo import STAFF_PASSWORD, STAFF_USER
+
+    watched = open_page(f"/admin/login/?next={path}", **options)
+    watched.page.fill("#id_username", STAFF_USER)
+    watched.page.fill("#id_password", STAFF_PASSWORD)
+    watched.page.click("input[type=submit]")
+    watched.page.wait_for_url(f"**{path}")
+    return watched
+
+
+def test_owners_forms_and_the_account_page(open_page):
+    page = signed_in(open_page, "/environments/local/flaky_echo/", bypass_csp=True).page
+    assert page.locator("#yanked").is_visible() and page.locator("#last-known-good").is_visible()
+    assert page.get_by_role("button", name="Restore revision").is_visible()
+    assert page.locator("#manage-h").is_visible() and page.locator("#history-h").is_visible()
+    page.goto("/account/")
+    page.fill("#token-name", "browser test")
+    page.click("text=Create token")
+    secret = page.locator("code#new-token").inner_text()
+    assert secret.startswith("oeh_")
+    page.reload()  # shown once
+    assert secret not in page.content()
+    axe = Axe()
+    for path in ("/account/", "/environments/local/flaky_echo/", "/environments/openenv/textarena_env/"):
+        page.goto(path)
+        serious = [v["id"] for v in axe.run(page).response["violations"] if v["impact"] in ("serious", "critical")]
+        assert serious == [], (path, serious)
+
+
+def test_a_deprecated_environment_points_at_its_successor(open_page):
+    page = open_page("/environments/openenv/textarena_env/").page
+    banner = page.locator("#deprecated")
+    assert "Superseded" in banner.inner_text()
+    banner.get_by_role("link", name="openenv/chess_env").click()
+    page.wait_for_url("**/environments/openenv/chess_env/")
+
+
 def test_screenshots_of_the_main_pages(open_page):
     """Written under var/screenshots/ for people to look at (`make screenshots`); this only checks they exist."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     report = _run_id(open_page, "/environments/local/mcp_calculator/")
     shots = {"home": "/", "browse": "/environments/?verdict=pass", "environment": "/environments/local/mcp_calculator/",
              "last-known-good": "/environments/local/flaky_echo/", "hub-space": "/environments/openenv/chess_env/",
-             "report": report, "hostile": "/environments/evil/readme_script/", "not-found": "/environments/x/y/"}
+             "report": report, "hostile": "/environments/evil/readme_script/", "not-found": "/environments/x/y/",
+             "deprecated": "/environments/openenv/textarena_env/"}
     written = []
     for name, path in shots.items():
         for label, width in (("desktop", 1280), ("phone", 390)):

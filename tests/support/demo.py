@@ -99,6 +99,28 @@ def seed(work: Path) -> None:
     print("local (flaky_echo breaks):", services.local_sync(), flush=True)
     _validate_local("local", "flaky_echo")
     _hostile_run("evil/readme_script")
+    _owners_speak()
+
+
+# A staff account for looking at the owners' forms (the demo only: never a real deployment's).
+STAFF_USER, STAFF_PASSWORD = "demo-staff", "demo-staff-password"
+
+
+def _owners_speak() -> None:
+    """What owners say: flaky_echo's broken head is yanked, textarena_env deprecated for chess_env."""
+    from django.contrib.auth import get_user_model
+
+    from registry.models import Environment
+    from registry.services import owner
+
+    flaky = Environment.objects.select_related("head").get(key="local/flaky_echo")
+    owner.revision_yank(revision=flaky.head, reason="Rewards outside [0, 1]; use the previous revision.",
+                        actor="staff:demo", via="admin")
+    textarena = Environment.objects.get(key="openenv/textarena_env")
+    owner.environment_deprecate(environment=textarena, reason="Superseded by a maintained environment.",
+                                successor=Environment.objects.get(key="openenv/chess_env"), actor="hf:openenv",
+                                via="web")
+    get_user_model().objects.create_superuser(STAFF_USER, password=STAFF_PASSWORD)
 
 
 def main(argv: list[str]) -> int:
