@@ -70,7 +70,7 @@ def pull_target(env, revision, *, hub: str, staff: bool = False) -> PullTarget:
         source = {"huggingface": "huggingface", "github": "git"}.get(env.source_provider, "local")
     host, subdomain = revision.host, revision.subdomain
     space_id = getattr(revision, "space_id", "") or ""
-    if source == "huggingface" and space_id and space_id.lower() != f"{env.owner}/{env.name}".lower():
+    if env.source == "huggingface" and space_id and space_id.lower() != f"{env.owner}/{env.name}".lower():
         # Read before the Space moved on the Hub: its host moved with its name, so derive it from the new one.
         host = subdomain = ""
     return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=source, host=host,

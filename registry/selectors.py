@@ -696,20 +696,24 @@ def catalog_snapshot(*, publisher: str, catalog_url: str, site_url: str, hub: st
             .select_related("head", "verdict_run__revision")
             .only("owner", "name", "source", "verdict_outcome", "validated_at", "mcp_tools", "catalog_entry",
                   "source_revision", "head__sha", "head__manifest_name", "head__description", "head__tags",
-                  "head__openenv_requirement", "head__host", "head__subdomain", "verdict_run__revision__sha")
+                  "head__openenv_requirement", "head__host", "head__subdomain", "head__space_id",
+                  "verdict_run__revision__sha")
             .annotate(readme_license=KeyTransform("license", "head__readme_front_matter"),
                       spec_version=KeyTransform("spec_version", "head__manifest"))
             .order_by("key"))
     environments = []
     for env in rows:
         head, run = env.head, env.verdict_run
+        # A head read before the Space moved on the Hub names the old host: the pull forms derive the new one.
+        moved = bool(head and head.space_id and env.source == Environment.Source.HUGGINGFACE
+                     and head.space_id.lower() != env.repo_id.lower())
         environments.append(discovery.CatalogEnvironment(
             owner=env.owner, name=env.name, source=env.source,
             revision=env.source_revision if env.source == Environment.Source.CATALOG else head.sha if head else "",
             display_name=head.manifest_name if head else "", description=head.description if head else "",
             tags=tuple(display_tags(head.tags if head else [])), license=env.readme_license,
             spec_version=env.spec_version, openenv_requirement=head.openenv_requirement if head else "",
-            host=head.host if head else "", subdomain=head.subdomain if head else "",
+            host=head.host if head and not moved else "", subdomain=head.subdomain if head and not moved else "",
             page_url=site_url + reverse("registry:environment", kwargs={"owner": env.owner, "name": env.name}),
             verdict={"outcome": env.verdict_outcome, "revision": run.revision.sha,
                      "finished_at": env.validated_at.isoformat()} if run else None,

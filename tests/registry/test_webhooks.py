@@ -338,7 +338,10 @@ def test_a_move_renames_keeps_history_and_the_old_name_redirects(hook, deliver, 
     moved(f"{api}openenv/echo_env/", f"{api}someone/Echo-Renamed/")
     for tail in ("revisions/", f"revisions/{first}/", "validations/", "validations/latest/", "validations/7/"):
         moved(f"{api}openenv/echo_env/{tail}", f"{api}someone/Echo-Renamed/{tail}")
-    assert client.get(f"{api}someone/Echo-Renamed/").json()["name"] == "Echo-Renamed"
+    detail = client.get(f"{api}someone/Echo-Renamed/").json()
+    assert detail["name"] == "Echo-Renamed" and "someone-echo-renamed.hf.space" in json.dumps(detail["pull_forms"])
+    catalog = client.get("/api/v1/catalog.json").content
+    assert b"someone-echo-renamed.hf.space" in catalog and b"openenv-echo-env.hf.space" not in catalog
     write = client.post(f"{api}openenv/echo_env/validations/", {}, content_type="application/json")
     assert write.status_code == 308 and write["Location"] == f"{api}someone/Echo-Renamed/validations/"
     for fmt in ("svg", "json"):
