@@ -364,6 +364,20 @@ def test_a_move_renames_keeps_history_and_the_old_name_redirects(hook, deliver, 
     assert OwnerAction.objects.count() == 1 and EnvironmentAlias.objects.count() == 1 and env(new).pk == e.pk
 
 
+def test_a_move_handled_after_the_reconcile_saw_it_keeps_both_histories(hook, deliver):
+    sha = push(hook)
+    run(*deliver(payload(hook, sha=sha))[1])
+    move = payload(hook, action="move", scope="repo", moved_to="someone/echo")
+    hook.move_space(ECHO, "someone/echo")
+    services.hub_sync()  # the reconcile ran first: a new Space, and the old one gone
+    assert env("someone/echo").status == "active" and env(ECHO).status == "withdrawn"
+    response, jobs = deliver(move)
+    assert run(*jobs) == ["done"]
+    assert env("someone/echo").status == "active" and env(ECHO).status == "withdrawn"
+    assert Environment.objects.count() == 2 and not EnvironmentAlias.objects.exists()
+    assert "already indexed as another environment" in delivery(jobs[0]).outcome
+
+
 def test_a_move_the_hub_does_not_confirm_renames_nothing(hook, deliver):
     sha = push(hook)
     run(*deliver(payload(hook, sha=sha))[1])
