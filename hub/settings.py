@@ -337,6 +337,15 @@ HUB_RETRY_AFTER_MAX_S = env_float("HUB_RETRY_AFTER_MAX_S", 60.0)
 HUB_IDENTITY_CACHE_S = env_int("HUB_IDENTITY_CACHE_S", 300)
 # Tokens the cache does not know, per client address and minute (each costs a call to the Hub's whoami).
 HUB_IDENTITY_LOOKUPS_PER_MINUTE = env_int("HUB_IDENTITY_LOOKUPS_PER_MINUTE", 20)
+# Hub webhooks (POST /webhooks/huggingface/): the secret set on the webhook at huggingface.co, which the Hub sends
+# verbatim in X-Webhook-Secret. Empty: the endpoint refuses every delivery.
+HUB_WEBHOOK_SECRET = env_str("HUB_WEBHOOK_SECRET")
+# A delivery's body is read up to this size; a larger one is refused (413) unread.
+HUB_WEBHOOK_MAX_BYTES = env_int("HUB_WEBHOOK_MAX_BYTES", 64 * 1024)
+# How many deliveries the admin keeps to read (older ones are deleted as new ones arrive).
+HUB_WEBHOOK_KEEP = env_int("HUB_WEBHOOK_KEEP", 1000)
+if HUB_WEBHOOK_MAX_BYTES < 1024 or HUB_WEBHOOK_KEEP < 1:
+    raise ImproperlyConfigured("HUB_WEBHOOK_MAX_BYTES must be at least 1024 and HUB_WEBHOOK_KEEP at least 1")
 # Unset: the bundled examples, so a fresh `make run` shows a catalog offline. Set but empty: no local sources.
 HUB_LOCAL_SOURCES = [
     p for p in os.environ.get("HUB_LOCAL_SOURCES", str(BASE_DIR / "examples" / "envs")).split(":") if p.strip()

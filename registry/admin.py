@@ -1,4 +1,5 @@
-"""Operators' view of the index. Revisions and problems are read-only: the indexer owns them."""
+"""Operators' view of the index. Revisions and problems are read-only: the indexer owns them; so are webhook
+deliveries, which record what the Hub said and what the hub did about it."""
 
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
@@ -14,6 +15,7 @@ from registry.models import (
     RevisionYank,
     SyncRun,
     ValidationRun,
+    WebhookDelivery,
 )
 from registry.services import accounts, owner, validation
 
@@ -213,3 +215,27 @@ class ValidationRunAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(ReadOnlyAdmin):
+    list_display = ["received_at", "status", "http_status", "action", "scope", "repo_name", "sha", "moved_to",
+                    "took", "outcome_start"]
+    list_filter = ["status", "http_status", "action", "scope", "repo_type"]
+    search_fields = ["repo_name", "moved_to", "head_sha", "fingerprint", "webhook_id"]
+    date_hierarchy = "received_at"
+    fields = ["received_at", "status", "http_status", "action", "scope", "repo_type", "repo_name", "head_sha",
+              "previous_sha", "moved_to", "webhook_id", "fingerprint", "outcome", "processed_at", "duration_ms"]
+    readonly_fields = fields
+
+    @admin.display(description="sha", ordering="head_sha")
+    def sha(self, delivery):
+        return delivery.head_sha[:12]
+
+    @admin.display(description="took", ordering="duration_ms")
+    def took(self, delivery):
+        return "" if delivery.duration_ms is None else f"{delivery.duration_ms:,.0f} ms"
+
+    @admin.display(description="outcome")
+    def outcome_start(self, delivery):
+        return delivery.outcome if len(delivery.outcome) <= 120 else delivery.outcome[:119] + "…"

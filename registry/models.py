@@ -510,12 +510,20 @@ class ApiToken(models.Model):
 
 class WebhookDelivery(models.Model):
     """One delivery from a Hub webhook, as received and as handled: what an operator reads to see what the Hub
-    told the hub and what the hub did about it. Never holds the secret; the last HUB_WEBHOOK_KEEP are kept."""
+    told the hub and what the hub did about it. Never holds the secret nor any header; the last HUB_WEBHOOK_KEEP
+    are kept (services.webhooks).
+
+    Invariants: at most one delivery holds a fingerprint's `claim` (a unique column), and only the one holding
+    it has a job: a duplicate that arrives meanwhile, even concurrently, is recorded as a duplicate and nothing
+    else. A delivery holds its claim while queued; once handled it keeps it only for a content update (a commit
+    is news once) and gives it up otherwise (a private flip or a deletion may happen again), or when it failed.
+    The status moves from queued by compare-and-set, so a redelivered task message does nothing.
+    """
 
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
         DONE = "done", "Done"
-        DUPLICATE = "duplicate", "Duplicate (already handled)"
+        DUPLICATE = "duplicate", "Duplicate (of one queued or handled)"
         IGNORED = "ignored", "Ignored"
         REFUSED = "refused", "Refused"
         FAILED = "failed", "Failed"
@@ -528,11 +536,16 @@ class WebhookDelivery(models.Model):
     repo_type = models.CharField(max_length=16, blank=True)
     repo_name = models.CharField(max_length=200, blank=True)
     head_sha = models.CharField(max_length=64, blank=True)
+    previous_sha = models.CharField(
+        max_length=64, blank=True, help_text="Where main pointed before this push (updatedRefs), when it says.")
     moved_to = models.CharField(max_length=200, blank=True)
     webhook_id = models.CharField(max_length=64, blank=True)
     fingerprint = models.CharField(
         max_length=64, blank=True, db_index=True,
         help_text="SHA-256 of what the delivery asks for: a replay or a duplicate has the same one.")
+    claim = models.CharField(
+        max_length=64, null=True, blank=True, unique=True, editable=False,
+        help_text="The fingerprint, while this delivery answers for it (see the invariants).")
     outcome = models.TextField(blank=True, help_text="What the hub did, in words.")
     processed_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True, help_text="From receipt to handled.")
@@ -540,6 +553,11 @@ class WebhookDelivery(models.Model):
     class Meta:
         ordering = ["-received_at", "-id"]
         verbose_name_plural = "webhook deliveries"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["queued", "done", "duplicate", "ignored", "refused", "failed"]),
+                name="webhookdelivery_status_valid"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.action or '?'} {self.repo_name or '?'} ({self.status})"

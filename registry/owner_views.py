@@ -7,7 +7,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
@@ -15,6 +15,7 @@ from django.views.decorators.http import require_POST
 from registry import identity, selectors
 from registry.models import ApiToken, Environment, OwnerAction, Revision
 from registry.pulls import PullForm
+from registry.views import _environment_or_404, follows_moves
 from registry.services import accounts
 from registry.services import owner as owner_service
 
@@ -79,9 +80,7 @@ def sign_in_failed(request: HttpRequest) -> HttpResponse:
 
 
 def _owned(request: HttpRequest, owner_name: str, name: str) -> Environment:
-    env = selectors.environment_get(owner=owner_name, name=name)
-    if env is None:
-        raise Http404(f"No environment {owner_name}/{name}.")
+    env = _environment_or_404(owner_name, name)  # a moved environment's old id redirects (follows_moves)
     if not identity.may_act(request.user, env):
         raise PermissionDenied(f"Only the owners of {env.repo_id} on the Hub and the hub's staff may do this.")
     return env
@@ -101,6 +100,7 @@ def _revision(env: Environment, ref: str) -> Revision | None:
 
 @login_required
 @require_POST
+@follows_moves
 def revision_yank(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     env = _owned(request, owner, name)
     revision = _revision(env, request.POST.get("revision", ""))
@@ -123,6 +123,7 @@ def revision_yank(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 
 @login_required
 @require_POST
+@follows_moves
 def deprecation(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     env = _owned(request, owner, name)
     actor = identity.actor(request.user)
@@ -149,6 +150,7 @@ def deprecation(request: HttpRequest, owner: str, name: str) -> HttpResponse:
 
 @login_required
 @require_POST
+@follows_moves
 def refresh(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     env = _owned(request, owner, name)
     if env.source != Environment.Source.HUGGINGFACE:

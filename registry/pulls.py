@@ -68,8 +68,13 @@ def pull_target(env, revision, *, hub: str, staff: bool = False) -> PullTarget:
     source = env.source
     if source == "catalog":
         source = {"huggingface": "huggingface", "github": "git"}.get(env.source_provider, "local")
-    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=source, host=revision.host,
-                      subdomain=revision.subdomain, app=app, port=port, hub=hub,
+    host, subdomain = revision.host, revision.subdomain
+    space_id = getattr(revision, "space_id", "") or ""
+    if env.source == "huggingface" and space_id and space_id.lower() != f"{env.owner}/{env.name}".lower():
+        # Read before the Space moved on the Hub: its host moved with its name, so derive it from the new one.
+        host = subdomain = ""
+    return PullTarget(owner=env.owner, name=env.name, sha=revision.sha, source=source, host=host,
+                      subdomain=subdomain, app=app, port=port, hub=hub,
                       local_path=env.local_path if staff else "", repo_uri=env.source_uri, path=env.source_path or ".")
 
 

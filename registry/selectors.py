@@ -34,12 +34,13 @@ from django.db.models import (
     When,
 )
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import Greatest
+from django.db.models.functions import Coalesce, Greatest
 from django.urls import reverse
 
 from registry import badges, discovery
 from registry.models import (
     Environment,
+    EnvironmentAlias,
     EnvironmentTag,
     IndexProblem,
     OwnerAction,
@@ -496,6 +497,15 @@ def environment_get(*, owner: str, name: str) -> Environment | None:
     )
 
 
+def environment_moved(*, owner: str, name: str) -> Environment | None:
+    """The environment that moved away from owner/name (case-insensitively), its id only; None when no
+    environment ever had that id. Ask only once environment_get found nothing: an id taken again by a new
+    Space names that Space, not the one that left it."""
+    alias = (EnvironmentAlias.objects.filter(key=environment_key(owner, name)).select_related("environment")
+             .only("environment__owner", "environment__name").first())
+    return alias.environment if alias else None
+
+
 def _latest_outcome() -> Subquery:
     """The outcome of a revision's latest finished run, as a column of the revision."""
     latest = (ValidationRun.objects.filter(revision=OuterRef("pk"), state=ValidationRun.State.FINISHED)
@@ -598,12 +608,28 @@ _MANIFEST_VERSION = KeyTransform("version", "manifest")
 
 @functools.cache
 def _badge_query(vendor: str) -> tuple[str, tuple]:
-    """The SQL of a badge's query and its parameters, compiled by the ORM once per process and database vendor."""
-    rows = (Environment.objects.filter(key=_BADGE_KEY).order_by()
+    """The SQL of a badge's query and its parameters, compiled by the ORM once per process and database vendor.
+
+    It finds the environment with the key, else the one that moved away from it (an alias), in one query: the
+    badge of an old id stays as cheap as any other.
+    """
+    # Two uncorrelated scalar subqueries, each an index lookup run once, then a primary-key lookup: an OR of the
+    # two conditions would cost PostgreSQL a scan of the whole table.
+    named = Environment.objects.filter(key=_BADGE_KEY).order_by().values("pk")[:1]
+    moved_from = EnvironmentAlias.objects.filter(key=_BADGE_KEY).order_by().values("environment_id")[:1]
+    rows = (Environment.objects.filter(pk=Coalesce(Subquery(named), Subquery(moved_from))).order_by()
             .values_list("verdict_outcome", "runtime_stage", "head_id", "head__sha",
-                         KeyTransform("version", "head__manifest"), "pk", "deprecated_at",
+                         KeyTransform("version", "head__manifest"), "pk", "key", "owner", "name", "deprecated_at",
                          "head__yank__yanked_at")[:1])
     return rows.query.sql_with_params()
+
+
+@dataclass(frozen=True)
+class BadgeMoved:
+    """A badge asked for under an id its environment moved away from on the Hub: where the environment is now."""
+
+    owner: str
+    name: str
 
 
 # Badge subjects remembered by each process, per catalog version (which every change a badge shows bumps):
@@ -613,11 +639,11 @@ def _badge_query(vendor: str) -> tuple[str, tuple]:
 BADGE_MEMO_S = 10.0
 BADGE_VERSION_S = 1.0
 BADGE_MEMO_SIZE = 10_000
-_badge_memo: OrderedDict[tuple, tuple[float, badges.Subject | None]] = OrderedDict()
+_badge_memo: OrderedDict[tuple, tuple[float, badges.Subject | BadgeMoved | None]] = OrderedDict()
 _badge_version: list = [0.0, 0]  # [read again after (monotonic), version]
 
 
-def environment_badge_subject(*, owner: str, name: str, revision: str = "") -> badges.Subject | None:
+def environment_badge_subject(*, owner: str, name: str, revision: str = "") -> badges.Subject | BadgeMoved | None:
     """environment_badge_subject_read, remembered for a few seconds within the catalog version it was read in."""
     now = time.monotonic()
     if now >= _badge_version[0]:
@@ -634,10 +660,11 @@ def environment_badge_subject(*, owner: str, name: str, revision: str = "") -> b
     return subject
 
 
-def environment_badge_subject_read(*, owner: str, name: str, revision: str = "") -> badges.Subject | None:
+def environment_badge_subject_read(*, owner: str, name: str,
+                                   revision: str = "") -> badges.Subject | BadgeMoved | None:
     """What a status badge says about an environment (its verdict and head), or with `revision` (a sha or unique
     prefix) about that revision (its latest finished run and manifest); None when there is no such environment
-    or revision, or the prefix is ambiguous.
+    or revision, or the prefix is ambiguous; BadgeMoved when the environment moved away from owner/name.
 
     Badges are fetched far more often than pages, by everyone who reads a README that shows one, and must cost
     little more than a bare view: one query reading a few columns of the environment and its head (of the
@@ -645,12 +672,15 @@ def environment_badge_subject_read(*, owner: str, name: str, revision: str = "")
     a query costs several times what running this one does); one more query for `revision`.
     """
     sql, params = _badge_query(connection.vendor)
+    key = environment_key(owner, name)
     with connection.cursor() as cursor:
-        cursor.execute(sql, [environment_key(owner, name) if p == _BADGE_KEY else p for p in params])
+        cursor.execute(sql, [key if p == _BADGE_KEY else p for p in params])
         row = cursor.fetchone()
     if row is None:
         return None
-    outcome, stage, head_id, sha, version, pk, deprecated_at, head_yanked_at = row
+    outcome, stage, head_id, sha, version, pk, found_key, found_owner, found_name, deprecated_at, head_yanked_at = row
+    if found_key != key:
+        return BadgeMoved(found_owner, found_name)
     asleep, deprecated = stage in SLEEPING_STAGES, deprecated_at is not None
     if not revision:
         # Read as the ORM reads a JSON key (SQLite hands numbers over as numbers, the rest as JSON text).
@@ -683,20 +713,24 @@ def catalog_snapshot(*, publisher: str, catalog_url: str, site_url: str, hub: st
             .select_related("head", "verdict_run__revision")
             .only("owner", "name", "source", "verdict_outcome", "validated_at", "mcp_tools", "catalog_entry",
                   "source_revision", "head__sha", "head__manifest_name", "head__description", "head__tags",
-                  "head__openenv_requirement", "head__host", "head__subdomain", "verdict_run__revision__sha")
+                  "head__openenv_requirement", "head__host", "head__subdomain", "head__space_id",
+                  "verdict_run__revision__sha")
             .annotate(readme_license=KeyTransform("license", "head__readme_front_matter"),
                       spec_version=KeyTransform("spec_version", "head__manifest"))
             .order_by("key"))
     environments = []
     for env in rows:
         head, run = env.head, env.verdict_run
+        # A head read before the Space moved on the Hub names the old host: the pull forms derive the new one.
+        moved = bool(head and head.space_id and env.source == Environment.Source.HUGGINGFACE
+                     and head.space_id.lower() != env.repo_id.lower())
         environments.append(discovery.CatalogEnvironment(
             owner=env.owner, name=env.name, source=env.source,
             revision=env.source_revision if env.source == Environment.Source.CATALOG else head.sha if head else "",
             display_name=head.manifest_name if head else "", description=head.description if head else "",
             tags=tuple(display_tags(head.tags if head else [])), license=env.readme_license,
             spec_version=env.spec_version, openenv_requirement=head.openenv_requirement if head else "",
-            host=head.host if head else "", subdomain=head.subdomain if head else "",
+            host=head.host if head and not moved else "", subdomain=head.subdomain if head and not moved else "",
             page_url=site_url + reverse("registry:environment", kwargs={"owner": env.owner, "name": env.name}),
             verdict={"outcome": env.verdict_outcome, "revision": run.revision.sha,
                      "finished_at": env.validated_at.isoformat()} if run else None,

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import path, re_path
 
 from registry import converters  # noqa: F401 - registers the <part:…> and <tag:…> converters
 from registry import badges, feeds, owner_views, views
@@ -24,6 +24,8 @@ urlpatterns = [
     path("account/tokens/", owner_views.token_create, name="token-create"),
     path("account/tokens/<int:token_id>/revoke/", owner_views.token_revoke, name="token-revoke"),
     path("account/sign-in-failed/", owner_views.sign_in_failed, name="sign-in-failed"),
+    # Hub webhooks; also without the slash, which APPEND_SLASH cannot add to a POST.
+    re_path(r"^webhooks/huggingface/?$", views.hub_webhook, name="hub-webhook"),
     # Status badges: /badges/<owner>/<name>/<kind>.svg or .json, named badge-<kind>-<svg|json>.
     *(path(f"badges/<part:owner>/<part:name>/{kind}.{fmt}", views.badge, {"kind": kind, "fmt": fmt},
            name=f"badge-{kind}-{fmt}")

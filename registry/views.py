@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import hmac
 import json
 import logging
 from urllib.parse import urlencode
@@ -16,14 +18,18 @@ from django.db import connection
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.utils.http import parse_etags, quote_etag
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST, require_safe
 
 from registry import badges, identity, presenters, selectors
-from registry.models import Environment, OwnerAction, Revision, SyncRun, ValidationRun
+from registry.api.errors import envelope
+from registry.models import Environment, OwnerAction, Revision, SyncRun, ValidationRun, WebhookDelivery
+from registry.moved import EnvironmentMoved, moved_redirect
 from registry.pulls import pull_forms, pull_target
-from registry.services import validation
+from registry.services import validation, webhooks
 from registry.services.owner import owner_action_record
 from registry.services.catalog import revision_readme_html
 
@@ -85,13 +91,29 @@ def browse(request: HttpRequest, owner: str | None = None, tag: str | None = Non
     return render(request, "registry/browse.html", context)
 
 
+def follows_moves(view):
+    """Answer a request for an environment's old id (EnvironmentMoved) with a redirect to its new one."""
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except EnvironmentMoved as moved:
+            match = request.resolver_match
+            return moved_redirect(request, moved.environment, match.view_name, match.kwargs)
+    return wrapper
+
+
 def _environment_or_404(owner: str, name: str) -> Environment:
     env = selectors.environment_get(owner=owner, name=name)
     if env is None:
+        moved = selectors.environment_moved(owner=owner, name=name)
+        if moved is not None:
+            raise EnvironmentMoved(moved)
         raise Http404(f"No environment {owner}/{name} in the index.")
     return env
 
 
+@follows_moves
 def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """One environment at its head, or at `?revision=<sha or unique prefix>`: everything needed to trust and pull it."""
     env = _environment_or_404(owner, name)
@@ -183,13 +205,16 @@ def badge(request: HttpRequest, owner: str, name: str, kind: str, fmt: str) -> H
     """A status badge (`kind`: conformance or version) as SVG or shields.io endpoint JSON (`fmt`), for READMEs:
     `?revision=`, `?style=`, `?label=`.
 
-    Always 200 with a badge (grey "unknown" for no such environment or revision), never a broken image; one
-    query, two with `?revision=`, none while the process remembers the answer. It reads no session, user or CSRF token, so the answer sets no cookie and
+    Always 200 with a badge (grey "unknown" for no such environment or revision), never a broken image, except
+    for an environment's old id after it moved on the Hub: a 301 to the badge under its new id. One
+    query (the old id's included), two with `?revision=`, none while the process remembers the answer. It reads no session, user or CSRF token, so the answer sets no cookie and
     does not vary by one: any cache may keep it for everyone (ETag, 304 on If-None-Match). Any page's script
     (shields.io's endpoint badge among them) may read it: ReadOnlyCorsMiddleware shares /badges/ as it shares
     the API.
     """
     subject = selectors.environment_badge_subject(owner=owner, name=name, revision=request.GET.get("revision", ""))
+    if isinstance(subject, selectors.BadgeMoved):  # READMEs that show the old id's badge keep working
+        return moved_redirect(request, subject, f"registry:badge-{kind}-{fmt}", {"owner": owner, "name": name})
     style = badges.style_or_default(request.GET.get("style"))
     shown = badges.BADGES[kind](subject, label=badges.custom_label(request.GET.get("label")))
     headers = {"Cache-Control": BADGE_CACHE_CONTROL}
@@ -204,6 +229,7 @@ def badge(request: HttpRequest, owner: str, name: str, kind: str, fmt: str) -> H
     return HttpResponse(body, content_type=BADGE_CONTENT_TYPES[fmt], headers=headers)
 
 
+@follows_moves
 def validation_report(request: HttpRequest, owner: str, name: str, run_id: int) -> HttpResponse:
     """Every check of one validation run: status, evidence, remediation, measurements."""
     env = _environment_or_404(owner, name)
@@ -216,6 +242,7 @@ def validation_report(request: HttpRequest, owner: str, name: str, run_id: int) 
 
 @login_required
 @require_POST
+@follows_moves
 def validation_request(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Staff and owners ask for a fresh validation of the head revision (which may wake a sleeping Space);
     owners wait HUB_RERUN_COOLDOWN_S after the revision's last run, and only staff choose the runner."""
@@ -240,6 +267,64 @@ def validation_request(request: HttpRequest, owner: str, name: str) -> HttpRespo
                             via=OwnerAction.Via.WEB, revision=env.head, run=run.pk)
     messages.info(request, f"Validation #{run.pk} {'queued' if created else 'is already ' + run.state}.")
     return redirect("registry:environment", owner=env.owner, name=env.name)
+
+
+def _webhook_answer(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse(envelope(code, message), status=status)
+
+
+@csrf_exempt
+@never_cache
+def hub_webhook(request: HttpRequest) -> HttpResponse:
+    """POST /webhooks/huggingface/: a delivery from a Hugging Face Hub webhook (services.webhooks).
+
+    The shared secret arrives verbatim in X-Webhook-Secret and is compared in constant time: 401 without it,
+    403 when wrong, 503 for everything while HUB_WEBHOOK_SECRET is unset. A body over HUB_WEBHOOK_MAX_BYTES
+    is 413 (never read past the cap), one that is not JSON 400, JSON that is no delivery 422. An accepted
+    delivery is recorded and its job queued (202), or recorded as ignored or a duplicate (200); the Hub is never
+    called while the request waits. Every answer is JSON; errors are {"error": {"code", "message"}}.
+    """
+    received_at = timezone.now()
+    if request.method != "POST":
+        response = _webhook_answer(405, "method_not_allowed", "Webhook deliveries are POSTed.")
+        response["Allow"] = "POST"
+        return response
+
+    def refuse(status: int, code: str, message: str) -> JsonResponse:
+        webhooks.webhook_refuse(http_status=status, code=code, message=message, received_at=received_at)
+        return _webhook_answer(status, code, message)
+
+    secret = settings.HUB_WEBHOOK_SECRET
+    if not secret:
+        return refuse(503, "not_configured", "Hub webhooks are not enabled on this hub: its operator has not set "
+                                             "HUB_WEBHOOK_SECRET, so every delivery is refused.")
+    given = request.headers.get("X-Webhook-Secret", "")
+    if not given:
+        return refuse(401, "not_authenticated", "No X-Webhook-Secret header: give the webhook on huggingface.co "
+                                                "this hub's secret.")
+    if not hmac.compare_digest(given.encode(), secret.encode()):
+        return refuse(403, "permission_denied", "X-Webhook-Secret does not match this hub's secret.")
+    cap = settings.HUB_WEBHOOK_MAX_BYTES
+    too_large = f"The body is larger than {cap:,} bytes; a Hub delivery is far smaller."
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > cap:
+        return refuse(413, "too_large", too_large)
+    body = request.read(cap + 1)
+    if len(body) > cap:
+        return refuse(413, "too_large", too_large)
+    receipt = webhooks.webhook_receive(body=body, received_at=received_at)
+    row = receipt.delivery
+    if receipt.code:
+        return _webhook_answer(receipt.http_status, receipt.code, receipt.message)
+    answer = {"status": row.status, "delivery": row.pk}
+    if receipt.duplicate_of is not None:
+        answer["duplicate_of"] = receipt.duplicate_of.pk
+    if row.status == WebhookDelivery.Status.IGNORED:
+        answer["reason"] = receipt.message
+    return JsonResponse(answer, status=receipt.http_status)
 
 
 def not_found(request: HttpRequest, exception=None) -> HttpResponse:

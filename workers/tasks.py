@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from registry import runners, services
 from registry.models import ValidationRun
-from registry.services import validation
+from registry.services import validation, webhooks
 from registry.services.heartbeat import Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -40,6 +40,20 @@ def index_space(repo_id: str) -> str:
     summary = services.space_index_by_id(repo_id=repo_id)
     logger.info("index_space %s: %s", repo_id, summary)
     return str(summary)
+
+
+@shared_task(name="registry.handle_webhook", bind=True, acks_late=True, reject_on_worker_lost=True,
+             ignore_result=True, soft_time_limit=600, time_limit=660)
+def handle_webhook(self, delivery_id: int) -> str:
+    """Act on one recorded Hub webhook delivery: ask the Hub about its Space and follow it (services.webhooks).
+
+    A delivery no longer queued is left alone, so a redelivered message changes nothing; when the Hub fails,
+    or does not serve the pushed commit yet, the service asks for a retry after a backoff, a few times at most.
+    """
+    handled = webhooks.webhook_delivery_handle(delivery_id=delivery_id, attempt=self.request.retries)
+    if handled.retry_in is not None:
+        raise self.retry(countdown=handled.retry_in, max_retries=webhooks.MAX_RETRIES)
+    return handled.status
 
 
 @shared_task(name="registry.validate_run", bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,

@@ -25,6 +25,7 @@ from registry.api.pagination import KeysetPagination
 from registry.api.params import EnvironmentListParams
 from registry.api.throttling import rate_limit_headers
 from registry.models import ID_PART, Environment, OwnerAction, Revision, ValidationRun
+from registry.moved import EnvironmentMoved, moved_redirect
 from registry.services import owner, validation
 
 # Revisions shown with an environment's detail; all of them are paged at .../revisions/.
@@ -68,13 +69,22 @@ class ApiView:
 
 
 class EnvironmentMixin(ApiView):
-    """Resolves <owner>/<name> (case-insensitively) or answers 404 in the API's error shape."""
+    """Resolves <owner>/<name> (case-insensitively) or answers 404 in the API's error shape; an id the environment
+    moved away from on the Hub redirects every route to the same route under its new id (301, 308 for writes)."""
 
     def get_environment(self) -> Environment:
         env = selectors.environment_get(owner=self.kwargs["owner"], name=self.kwargs["name"])
         if env is None:
+            moved = selectors.environment_moved(owner=self.kwargs["owner"], name=self.kwargs["name"])
+            if moved is not None:
+                raise EnvironmentMoved(moved)
             raise NotFound(f"No environment {self.kwargs['owner']}/{self.kwargs['name']} in the index.")
         return env
+
+    def handle_exception(self, exc):
+        if isinstance(exc, EnvironmentMoved):
+            return moved_redirect(self.request, exc.environment, self.request.resolver_match.view_name, self.kwargs)
+        return super().handle_exception(exc)
 
     def canonical_redirect(self, env: Environment, request):
         """301 to the canonical spelling (query kept), or None when the request already uses it."""

@@ -1,4 +1,5 @@
-"""Writes. `index` keeps the index in step with the Hub and local sources; `validation` runs conformance checks."""
+"""Writes. `index` keeps the index in step with the Hub and local sources; `validation` runs conformance checks;
+`webhooks` records the Hub's webhook deliveries and acts on them."""
 
 from registry.services.index import (  # noqa: F401
     ERROR,
@@ -9,6 +10,7 @@ from registry.services.index import (  # noqa: F401
     WITHDRAWN,
     SyncSummary,
     environment_get_or_create,
+    environment_rename,
     environment_withdraw,
     hub_sync,
     index_problem_record,

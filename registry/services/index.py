@@ -25,7 +25,16 @@ from django.utils import timezone
 
 from registry import manifest as mf
 from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
-from registry.models import ID_PART, Environment, IndexProblem, Revision, SyncRun, environment_key
+from registry.models import (
+    ID_PART,
+    Environment,
+    EnvironmentAlias,
+    IndexProblem,
+    OwnerAction,
+    Revision,
+    SyncRun,
+    environment_key,
+)
 from registry.services.catalog import catalog_changed, environment_catalog_refresh, revision_readme_html
 from registry.services.heartbeat import Heartbeat
 from registry.services.validation import validation_run_request
@@ -48,10 +57,14 @@ class SyncSummary:
     """Counts a sync reports: found, new, updated, unchanged, withdrawn, errors.
 
     `skipped`: another sync of the same kind was running (`run` is that one), so this one did nothing.
+    For one Space (space_index_by_id): `hub_sha`, the head the Hub reported ("" when it had no public Space or
+    could not answer), and `transient`, whether asking again later may go better (the Hub failed, not the Space).
     """
 
     run: SyncRun
     skipped: bool = False
+    hub_sha: str = ""
+    transient: bool = False
 
     def __str__(self) -> str:
         r = self.run
@@ -128,6 +141,42 @@ def environment_withdraw(*, environment: Environment, reason: str) -> bool:
         environment.refresh_from_db()
         logger.info("index: withdrew %s: %s", environment.repo_id, reason)
     return bool(changed)
+
+
+def environment_rename(*, environment: Environment, owner: str, name: str, actor: str,
+                       via: str) -> Environment | None:
+    """Give an environment the id its Space moved to, keeping everything it has (revisions, runs, history).
+
+    The old id becomes an alias that pages, the API and badges redirect to the new one, and the move is an
+    OwnerAction of kind rename. Returns the environment (unchanged when it already had that id), or None when
+    another environment holds the new id (the caller decides what to do with two).
+    """
+    new_key = environment_key(owner, name)
+    try:
+        with transaction.atomic():
+            env = Environment.objects.select_for_update().get(pk=environment.pk)
+            old_id, old_key = env.repo_id, env.key
+            if (env.owner, env.name) == (owner, name):
+                return env
+            if new_key != old_key and Environment.objects.filter(key=new_key).exists():
+                return None
+            now = timezone.now()
+            env.owner, env.name = owner, name
+            env.updated_at = env.changed_at = now
+            env.save()  # the key follows; its unique constraint settles a concurrent rename to the same id
+            if new_key != old_key:
+                # The new id is this environment's own again (a move back): it is no alias any more.
+                EnvironmentAlias.objects.filter(key=new_key).delete()
+                EnvironmentAlias.objects.update_or_create(key=old_key, defaults={"environment": env, "created_at": now})
+            OwnerAction.objects.create(environment=env, kind=OwnerAction.Kind.RENAME, actor=actor, via=via,
+                                       revision=env.head, detail={"from": old_id, "to": env.repo_id})
+            environment_catalog_refresh(environment_id=env.pk)  # names are searched
+            catalog_changed()  # badges and counts remember names
+    except IntegrityError:
+        return None
+    logger.info("index: %s moved to %s", old_id, env.repo_id)
+    environment.refresh_from_db()
+    return env
 
 
 def _environment_reactivate(environment: Environment) -> None:
@@ -478,8 +527,15 @@ def _guarded(fn, label: str, env: Environment | Callable[[], Environment] | None
         return ERROR
 
 
-def space_index_by_id(*, repo_id: str, client: HubClient | None = None) -> SyncSummary:
-    """Index one Space by id, as a webhook or an operator would ask: same rules as a full sync, for one item."""
+def space_index_by_id(*, repo_id: str, client: HubClient | None = None, moved_from: str = "",
+                      actor: str = "hub", via: str = OwnerAction.Via.WEBHOOK) -> SyncSummary:
+    """Index one Space by id, as a webhook or an operator would ask: same rules as a full sync, for one item.
+
+    What the Hub says now decides: its current head is indexed (the head never moves to a sha the Hub no longer
+    serves), a Space it does not show publicly is withdrawn, one it shows again comes back. With `moved_from`
+    (the Space moved from that id), the environment indexed under the old id is first renamed to the id the
+    Hub confirms, keeping its history; without that confirmation nothing is renamed.
+    """
     client = client or HubClient()
     run, _ = _sync_run_begin(SyncRun.Kind.SPACE, repo_id)
     counts: Counter = Counter()
@@ -495,18 +551,45 @@ def space_index_by_id(*, repo_id: str, client: HubClient | None = None) -> SyncS
         return _sync_run_finish(run, counts, messages=messages)
     except HubError as exc:
         messages.append(f"{repo_id}: {exc}")
-        return _sync_run_finish(run, counts, messages=messages)
+        summary = _sync_run_finish(run, counts, messages=messages)
+        summary.transient = exc.transient
+        return summary
+    if moved_from:
+        env, note = _environment_follow_move(moved_from, space, env, actor=actor, via=via)
+        if note:
+            messages.append(note)
     if space.private or (not space.is_tagged() and mf.MANIFEST_FILE not in space.files):
         if env:
             counts[_withdraw_if_gone(client, env)] += 1
         else:
             messages.append(f"{repo_id}: not an OpenEnv environment (no openenv tag and no openenv.yaml at the root).")
-        return _sync_run_finish(run, counts, messages=messages)
+        summary = _sync_run_finish(run, counts, messages=messages)
+        summary.hub_sha = space.sha
+        return summary
     counts["found"] += 1
     outcome = _index_guarded(client, space, env)
     if outcome != SKIPPED:
         counts[outcome] += 1
-    return _sync_run_finish(run, counts)
+    summary = _sync_run_finish(run, counts, messages=messages)
+    summary.hub_sha, summary.transient = space.sha, outcome == ERROR
+    return summary
+
+
+def _environment_follow_move(moved_from: str, space: SpaceFacts, env: Environment | None, *, actor: str,
+                             via: str) -> tuple[Environment | None, str]:
+    """Rename the environment of `moved_from` to the Space's id, now that the Hub confirmed it. Returns the
+    environment to index under the new id, and a note when the move could not be followed as asked."""
+    old = Environment.objects.filter(key=moved_from.lower(), source=Environment.Source.HUGGINGFACE).first()
+    if old is None or (old.owner, old.name) == (space.owner, space.name):
+        return env, ""  # nothing indexed under the old id, or already renamed (a replay)
+    renamed = environment_rename(environment=old, owner=space.owner, name=space.name, actor=actor, via=via)
+    if renamed is not None:
+        return Environment.objects.select_related("head").get(pk=renamed.pk), ""
+    # Another environment already holds the new id (the reconcile indexed the Space there before this move was
+    # handled, or an earlier Space had that id): each keeps its own history; the old id is gone from the Hub.
+    environment_withdraw(environment=old, reason=f"Moved on the Hub to {space.repo_id}, indexed as its own entry.")
+    return env, (f"{moved_from}: moved to {space.repo_id}, which was already indexed as another environment; "
+                 f"{moved_from} was withdrawn and keeps its history.")
 
 
 # --- local sources ----------------------------------------------------------------------------------------

@@ -597,6 +597,28 @@ class HubStub:
             del self._ids[bisect.bisect_left(self._ids, repo_id)]
             self._version += 1
 
+    def move_space(self, repo_id: str, new_id: str) -> None:
+        """Rename the Space, as the Hub's "move" does: same repository object id, same commits and shas; the old id
+        then answers RepoNotFound (this stand-in does not redirect it)."""
+        if not _REPO_ID.fullmatch(new_id):
+            raise ValueError(f"invalid Space id {new_id!r}")
+        with self._lock:
+            if new_id in self._spaces:
+                raise ValueError(f"{new_id} already exists")
+            space = self._spaces.pop(repo_id)
+            self._unindex_tags(space)
+            del self._ids[bisect.bisect_left(self._ids, repo_id)]
+            space.repo_id = new_id
+            self._spaces[new_id] = space
+            bisect.insort(self._ids, new_id)
+            self._index_tags(space)
+            self._version += 1
+
+    def repo_object_id(self, repo_id: str) -> str:
+        """The Space's repository object id (the ``_id`` of ``space_info``; webhooks send it as ``repo.id``)."""
+        with self._lock:
+            return self._spaces[repo_id].mongo_id
+
     def update_space(
         self,
         repo_id: str,

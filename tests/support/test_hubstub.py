@@ -223,6 +223,20 @@ def test_space_info_errors_are_typed(stub, api):
         api.space_info("openenv/echo_env")
 
 
+def test_a_moved_space_keeps_its_commits_and_object_id(stub, api):
+    shas = stub.revisions("openenv/echo_env")
+    object_id = stub.repo_object_id("openenv/echo_env")
+    stub.move_space("openenv/echo_env", "someone/echo")
+    with pytest.raises(RepositoryNotFoundError):
+        api.space_info("openenv/echo_env")
+    info = api.space_info("someone/echo")
+    assert info.id == "someone/echo" and info.sha == shas[-1] and info.subdomain == "someone-echo"
+    assert stub.revisions("someone/echo") == shas and stub.repo_object_id("someone/echo") == object_id
+    assert "someone/echo" in {s.id for s in api.list_spaces(filter="openenv")}
+    with pytest.raises(ValueError, match="already exists"):
+        stub.move_space("openenv/chess_env", "someone/echo")
+
+
 def test_space_info_expand_and_runtime_changes(stub, api):
     stub.set_runtime("openenv/echo_env", "SLEEPING")
     info = api.space_info("openenv/echo_env", expand=["runtime", "sha"])
