@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from registry import identity, selectors
 from registry.models import ApiToken, Environment, OwnerAction, Revision
 from registry.pulls import PullForm
-from registry.views import _environment_or_404, follows_moves
+from registry.views import environment_or_404, follows_moves
 from registry.services import accounts
 from registry.services import owner as owner_service
 
@@ -80,7 +80,7 @@ def sign_in_failed(request: HttpRequest) -> HttpResponse:
 
 
 def _owned(request: HttpRequest, owner_name: str, name: str) -> Environment:
-    env = _environment_or_404(owner_name, name)  # a moved environment's old id redirects (follows_moves)
+    env = environment_or_404(owner_name, name)  # a moved environment's old id redirects (follows_moves)
     if not identity.may_act(request.user, env):
         raise PermissionDenied(f"Only the owners of {env.repo_id} on the Hub and the hub's staff may do this.")
     return env

@@ -103,7 +103,7 @@ def follows_moves(view):
     return wrapper
 
 
-def _environment_or_404(owner: str, name: str) -> Environment:
+def environment_or_404(owner: str, name: str) -> Environment:
     env = selectors.environment_get(owner=owner, name=name)
     if env is None:
         moved = selectors.environment_moved(owner=owner, name=name)
@@ -116,7 +116,7 @@ def _environment_or_404(owner: str, name: str) -> Environment:
 @follows_moves
 def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """One environment at its head, or at `?revision=<sha or unique prefix>`: everything needed to trust and pull it."""
-    env = _environment_or_404(owner, name)
+    env = environment_or_404(owner, name)
     if (env.owner, env.name) != (owner, name):
         query = f"?{request.META['QUERY_STRING']}" if request.META.get("QUERY_STRING") else ""
         return redirect(reverse("registry:environment", kwargs={"owner": env.owner, "name": env.name}) + query,
@@ -232,7 +232,7 @@ def badge(request: HttpRequest, owner: str, name: str, kind: str, fmt: str) -> H
 @follows_moves
 def validation_report(request: HttpRequest, owner: str, name: str, run_id: int) -> HttpResponse:
     """Every check of one validation run: status, evidence, remediation, measurements."""
-    env = _environment_or_404(owner, name)
+    env = environment_or_404(owner, name)
     run = selectors.validation_run_get(environment=env, run_id=run_id)
     if run is None:
         raise Http404(f"No validation run {run_id} of {env.repo_id}.")
@@ -246,7 +246,7 @@ def validation_report(request: HttpRequest, owner: str, name: str, run_id: int) 
 def validation_request(request: HttpRequest, owner: str, name: str) -> HttpResponse:
     """Staff and owners ask for a fresh validation of the head revision (which may wake a sleeping Space);
     owners wait HUB_RERUN_COOLDOWN_S after the revision's last run, and only staff choose the runner."""
-    env = _environment_or_404(owner, name)
+    env = environment_or_404(owner, name)
     if not identity.may_act(request.user, env):
         raise PermissionDenied(f"Only the owners of {env.repo_id} on the Hub and the hub's staff may do this.")
     if env.head is None:
