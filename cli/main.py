@@ -189,7 +189,11 @@ def cmd_push(args) -> int:
         result.update(repo_id=repo_id, sha=sha, uploader=uploader, published=True)
         with _api(args, token=token) as api:
             say(f"asking {hub} to index {repo_id}")
-            result["refresh"] = api.refresh(repo_id)
+            try:
+                result["refresh"] = api.refresh(repo_id)
+            except CliError as exc:
+                raise CliError(f"Published {repo_id}@{sha[:12]}, but asking the hub to index it failed: {exc}") \
+                    from None
             if args.no_wait:
                 result.update(environment=None, validation=None)
             else:
