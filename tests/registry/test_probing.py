@@ -42,3 +42,17 @@ def test_package_from_facts_keeps_only_manifest_problems(tmp_path):
     assert len(package.manifest_problems) == 1 and "YAML" in package.manifest_problems[0]
     assert [f["path"] for f in package.files] == ["openenv.yaml", "pyproject.toml"] and len(digest) == 64
     assert package.app == "server.app:app"
+
+
+def test_the_plan_is_read_where_the_manifest_puts_it_and_never_through_a_link_out(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "plans").mkdir(parents=True)
+    (pkg / "plans" / "probe.json").write_bytes(b'{"plan_schema_version": "1"}')
+    manifest = {"name": "x", "validation": {"execution": {"kind": "openenv_ws", "probe_path": "plans/probe.json"}}}
+    assert probing.folder_plan(pkg, manifest) == b'{"plan_schema_version": "1"}'
+    assert probing.folder_plan(pkg, {"name": "x"}) is None  # default validation/runtime.json: absent
+    secret = tmp_path / "secret.json"
+    secret.write_bytes(b"{}")
+    (pkg / "validation").mkdir()
+    (pkg / "validation" / "runtime.json").symlink_to(secret)
+    assert probing.folder_plan(pkg, {"name": "x"}) is None
