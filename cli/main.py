@@ -139,7 +139,8 @@ def cmd_logout(args) -> int:
 
 def cmd_push(args) -> int:
     from cli import checking, publishing
-    from cli.output import environment_lines, failing, report_lines
+    from cli.output import badge_markdown, environment_lines, failing, report_lines
+    from registry import folders
 
     style = Style(sys.stdout)
     hub = config.hub_url(args.hub)
@@ -150,15 +151,15 @@ def cmd_push(args) -> int:
     if not token:
         raise UsageError("push needs a token for the hub: run `openenv-hub login` (or set OPENENV_HUB_TOKEN); "
                          "a Hugging Face token (HF_TOKEN) of the Space's owner works too.")
-    from registry import folders
-
     manifest = folders.package_facts(folder).manifest or {}
     uploader = args.uploader
     if uploader == "auto":
         uploader = "openenv" if publishing.openenv_command() else "huggingface_hub"
     elif uploader == "openenv" and not publishing.openenv_command():
         raise UsageError("--uploader openenv: no `openenv` command on PATH (pip install openenv).")
-    result: dict = {"check": None}
+    result: dict = dict.fromkeys(("check", "published", "repo_id", "sha", "uploader", "refresh", "environment",
+                                  "validation", "badge_markdown"))
+    result["published"] = False
     with Progress() as progress:
         def say(message: str, plain: bool = True) -> None:
             progress.update(message, plain=plain)
@@ -171,7 +172,7 @@ def cmd_push(args) -> int:
             outcome = checked.report["verdict"]
             if _verdict_exit(outcome, strict=args.strict) != EXIT_OK and not args.force:
                 if args.json:
-                    _print_json({**result, "published": False})
+                    _print_json(result)
                 else:
                     _print_lines(["Checked before publishing:", *report_lines(checked.report, style),
                                   "Not published: fix the failing checks (or pass --force to publish anyway)."])
@@ -194,16 +195,12 @@ def cmd_push(args) -> int:
             except CliError as exc:
                 raise CliError(f"Published {repo_id}@{sha[:12]}, but asking the hub to index it failed: {exc}") \
                     from None
-            if args.no_wait:
-                result.update(environment=None, validation=None)
-            else:
+            if not args.no_wait:
                 detail = publishing.wait_for_verdict(api, repo_id, sha, timeout_s=args.timeout,
                                                      poll_s=args.poll_interval, progress=say)
                 latest = api.latest_validation(detail.get("id", repo_id))
                 result.update(environment=detail, validation=latest)
     env = result.get("environment")
-    from cli.output import badge_markdown
-
     page_url = (env or {}).get("page_url") or f"{hub}/environments/{repo_id}/"
     result["badge_markdown"] = badge_markdown(hub, (env or {}).get("id", repo_id), page_url)
     if args.json:

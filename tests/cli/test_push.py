@@ -241,3 +241,15 @@ def test_a_failing_local_check_stops_the_push(run_cli, stub, push_env, openenv_p
     assert "runtime.reward_well_formed" in ran.out and "fix: " in ran.out
     assert "Not published: fix the failing checks (or pass --force to publish anyway)." in ran.out
     assert stub.space_ids() == []
+
+
+def test_no_wait_returns_after_the_refresh(run_cli, stub, contract, push_env):
+    ran = run_cli("push", str(EXAMPLES / "echo_env"), "--repo-id", "alice/echo_env", "--uploader",
+                  "huggingface_hub", "--no-check", "--no-wait", "--json", env=push_env)
+    assert ran.code == 0, ran.both
+    result = json.loads(ran.out)
+    assert result["published"] is True and result["environment"] is None and result["validation"] is None
+    assert result["refresh"] == {"environment": "alice/echo_env", "status": "queued"}
+    assert contract.polls == {}  # it never asked for the environment
+    assert result["badge_markdown"] == (f"[![conformance]({contract.url}/badges/alice/echo_env/conformance.svg)]"
+                                        f"({contract.url}/environments/alice/echo_env/)")

@@ -872,11 +872,12 @@ class HubStub:
         """Queue the event for every webhook (called with the lock held, right after the change)."""
         if not self._webhooks:
             return
+        base = self.url if self._server is not None else "http://127.0.0.1"
         head = space.history[-1] if space.history else None
         repo: dict[str, Any] = {
             "type": "space", "name": old_name or space.repo_id, "id": space.mongo_id, "private": space.private,
-            "url": {"web": f"{self.url}/spaces/{old_name or space.repo_id}",
-                    "api": f"{self.url}/api/spaces/{old_name or space.repo_id}"},
+            "url": {"web": f"{base}/spaces/{old_name or space.repo_id}",
+                    "api": f"{base}/api/spaces/{old_name or space.repo_id}"},
             "owner": {"id": hashlib.sha1(f"user:{space.author}".encode()).hexdigest()[:24]},
             "headSha": head, "subdomain": _subdomain(space.repo_id),
         }
