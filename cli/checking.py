@@ -36,16 +36,16 @@ def is_url(target: str) -> bool:
 
 
 def server_url(raw: str) -> str:
-    """A base URL the probe may contact, or a UsageError saying what is wrong with it."""
+    """A base URL the probe may contact (by the probe's own rules), or a UsageError saying what is wrong."""
+    from registry.conformance import HostNotAllowed
+    from registry.conformance.http import check_url
+
     try:
-        parts = urlsplit(raw)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        raise UsageError(f"{raw!r} is not a valid URL ({exc}).") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{raw!r} is not an http(s) URL of a running server (for example http://127.0.0.1:8000).")
-    if parts.username or parts.password or parts.query or parts.fragment:
-        raise UsageError(f"{raw!r}: give the server's base URL, without credentials, query or fragment.")
+        if not urlsplit(raw).hostname:
+            raise HostNotAllowed(f"{raw!r} names no host")
+        check_url(raw, ("*",))
+    except (HostNotAllowed, ValueError) as exc:
+        raise UsageError(f"Not a server to check: {exc}.") from None
     return raw.rstrip("/")
 
 
@@ -70,20 +70,6 @@ def _read(folder: Path):
     except (OSError, ValueError) as exc:
         raise UsageError(f"Could not read {folder}: {exc}.") from None
     return digest, served, probing.Package.from_facts(facts, listing)
-
-
-def _bound(digest: str, served: str):
-    """hub.immutable_versioning as the local runner decides it: the folder's content digest when it was read
-    (the revision) against its digest when it is handed to the sandbox."""
-    from registry import conformance
-
-    same = served == digest
-    return conformance.CheckResult(
-        check_id="hub.immutable_versioning", status=conformance.PASS if same else conformance.FAIL,
-        measured={"revision": digest, "served": served, "how": "content digest of the folder at probe time"},
-        evidence=[f"content digest of the folder at probe time: {served}"] + ([] if same else [f"expected {digest}"]),
-        remediation="" if same else "Validate the revision that is actually served.",
-    )
 
 
 def sandbox_config():
@@ -135,7 +121,7 @@ def check(target: Target, *, progress: Callable[[str], None]) -> Checked:
         return Checked(result.report, f"{folder} served at {target.url}")
     try:
         result = probing.run_in_sandbox(folder, package, source=source, config=sandbox_config(), budgets=budgets,
-                                        checkpoint=progress, extra=[_bound(digest, served)])
+                                        checkpoint=progress, extra=[probing.immutable_versioning(digest, served=served, how=probing.FOLDER_DIGEST)])
     except probing.IndexUnreachable as exc:
         raise CliError(f"Could not install the package's dependencies: {exc}.") from None
     return Checked(result.report, f"{folder} in the local sandbox")

@@ -24,6 +24,9 @@ from registry import conformance, sandbox
 from registry import manifest as mf
 from registry.conformance import CheckResult, ProbeConfig, ProbeTarget
 
+# How hub.immutable_versioning binds a local folder to its revision.
+FOLDER_DIGEST = "content digest of the folder at probe time"
+
 # The sandboxed server is reached over a Unix socket under this name; nothing else may be contacted.
 LOCAL_HOST = "localhost"
 
@@ -122,6 +125,20 @@ def probe(target: ProbeTarget, package: Package, *, source: dict, plan: bytes | 
         with_static=with_static,
     )
     return RunResult(outcome=report["verdict"], report=report, target_url=target.base_url, observed=observed)
+
+
+def immutable_versioning(revision: str, *, served: str, how: str) -> CheckResult:
+    """hub.immutable_versioning: the probed code is exactly the revision's (same sha, or same content digest).
+    The caller says what it compared (`how`): only it knows what was served."""
+    same = served == revision
+    return CheckResult(
+        check_id="hub.immutable_versioning",
+        status=conformance.PASS if same else conformance.FAIL,
+        measured={"revision": revision, "served": served, "how": how},
+        evidence=[f"{how}: {served}"] + ([] if same else [f"expected {revision}"]),
+        remediation="" if same else "Validate the revision that is actually served.",
+        duration_s=0.0,
+    )
 
 
 def report_without_server(package: Package, failure: CheckResult, *, source: dict, plan: bytes | None,

@@ -82,16 +82,7 @@ def _source(run: ValidationRun) -> dict:
 
 
 def _bound(revision: Revision, *, served: str, how: str) -> CheckResult:
-    """hub.immutable_versioning: the probed code is exactly the revision's (same sha, or same content digest)."""
-    same = served == revision.sha
-    return CheckResult(
-        check_id="hub.immutable_versioning",
-        status=conformance.PASS if same else conformance.FAIL,
-        measured={"revision": revision.sha, "served": served, "how": how},
-        evidence=[f"{how}: {served}"] + ([] if same else [f"expected {revision.sha}"]),
-        remediation="" if same else "Validate the revision that is actually served.",
-        duration_s=0.0,
-    )
+    return probing.immutable_versioning(revision.sha, served=served, how=how)
 
 
 def _report(run: ValidationRun, target: ProbeTarget, *, plan: bytes | None, checkpoint: Callable[[str], None],
@@ -190,7 +181,7 @@ def _package_at_revision(run: ValidationRun, scratch: Path) -> tuple[Path | None
         if digest != revision.sha:
             return None, RunResult(cancelled=True, reason=(
                 "The folder changed since this revision was indexed; its new revision will be validated.")), None
-        return folder, None, _bound(revision, served=digest, how="content digest of the folder at probe time")
+        return folder, None, _bound(revision, served=digest, how=probing.FOLDER_DIGEST)
     try:
         folder = HubClient().snapshot(env.repo_id, sha=revision.sha, local_dir=scratch / "package")
     except SpaceNotFound:

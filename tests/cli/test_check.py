@@ -61,10 +61,12 @@ def test_check_a_folder_with_a_running_server(run_cli, echo_server):
     (["check", "tests/cli"], "tests/cli has no openenv.yaml: it is not an OpenEnv package folder."),
     (["check", "no/such/folder"],
      "no/such/folder does not exist: give a package folder or the http(s) URL of a running server."),
-    (["check", "ftp://example.org"],
-     "'ftp://example.org' is not an http(s) URL of a running server (for example http://127.0.0.1:8000)."),
+    (["check", "ftp://example.org"], "Not a server to check: 'ftp://example.org': only http and https URLs are probed."),
     (["check", "http://user:pw@127.0.0.1:1"],
-     "'http://user:pw@127.0.0.1:1': give the server's base URL, without credentials, query or fragment."),
+     "Not a server to check: 'http://user:pw@127.0.0.1:1': URLs with credentials are not probed."),
+    (["check", "http://"], "Not a server to check: 'http://' names no host."),
+    (["check", "http://127.0.0.1:99999"], "Not a server to check: 'http://127.0.0.1:99999' is not a valid URL "
+                                          "(Port out of range 0-65535)."),
 ])
 def test_what_cannot_be_checked_exits_2(run_cli, args, message):
     ran = run_cli(*args)
