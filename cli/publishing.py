@@ -46,8 +46,10 @@ def hub_call(what: str, fn: Callable):
         detail = (exc.server_message or str(exc).splitlines()[0]).strip()
         hint = " (is HF_TOKEN, or `hf auth login`, a token with write access?)" if status in (401, 403) else ""
         raise CliError(f"The Hugging Face Hub refused to {what}: HTTP {status}: {detail}{hint}") from None
-    except OSError as exc:
+    except ConnectionError as exc:
         raise CliError(f"Could not reach the Hugging Face Hub at {hf_endpoint()} to {what}: {exc}.") from None
+    except OSError as exc:  # a file of the package that cannot be read, a full disk
+        raise CliError(f"Could not {what}: {exc}.") from None
     except Exception as exc:  # noqa: BLE001 - httpx2's transport errors, whose module we do not import
         if type(exc).__module__.split(".")[0] in ("httpx", "httpx2", "httpcore", "httpcore2"):
             raise CliError(f"Could not reach the Hugging Face Hub at {hf_endpoint()} to {what}: "
