@@ -476,8 +476,12 @@ def run_validation(
     started_at: float | None = None,
     manifest_problems: Sequence[str] = (),
     observed: dict | None = None,
+    with_static: bool = True,
 ) -> dict:
     """Probe one running environment and return its report (OpenEnv report-v2, lane "hub", policy hub-1).
+
+    `with_static=False` leaves out the static checks (a server whose package is not at hand, as in
+    `openenv-hub check URL`): the report then has only the runtime checks, and `extra_results`.
 
     `observed`, when given, is filled with what the server showed beyond the report (see `observations`):
     its schemas, its MCP tools and a transcript of the episode played.
@@ -497,10 +501,12 @@ def run_validation(
         source=source, on_progress=on_progress, started_at=started_at,
     )
     try:
-        run.run("static.manifest", lambda: static.check_manifest(manifest, list(manifest_problems), policy))
-        run.run("static.layout", lambda: static.check_layout(manifest, files))
-        run.run("hub.openenv_dependency", lambda: static.check_openenv_dependency(openenv_requirement, files))
-        run.run("hub.runtime_plan", lambda: static.check_runtime_plan(manifest, runtime_plan))
+        if with_static:
+            run.run("static.manifest", lambda: static.check_manifest(manifest, list(manifest_problems), policy))
+            run.run("static.layout", lambda: static.check_layout(manifest, files))
+            run.run("hub.openenv_dependency",
+                    lambda: static.check_openenv_dependency(openenv_requirement, files))
+            run.run("hub.runtime_plan", lambda: static.check_runtime_plan(manifest, runtime_plan))
         run.execute()
     except _Cancelled as cancelled:
         raise cancelled.original from None

@@ -7,9 +7,7 @@ or rolls back the others.
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import re
 from collections import Counter
 from collections.abc import Callable
@@ -24,6 +22,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from registry import manifest as mf
+from registry.folders import MAX_LISTED_FILES, local_package_digest, package_facts
 from registry.hub import FileNotFound, HubClient, HubError, SpaceFacts, SpaceNotFound
 from registry.models import (
     ID_PART,
@@ -43,13 +42,6 @@ logger = logging.getLogger(__name__)
 
 NEW, UPDATED, UNCHANGED, WITHDRAWN, ERROR, SKIPPED = "new", "updated", "unchanged", "withdrawn", "errors", "skipped"
 
-# How many file paths a revision keeps (enough for any real package; a hostile repo can have millions).
-MAX_LISTED_FILES = 2_000
-
-# Local packages: what a content digest walks over, and how far.
-LOCAL_SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
-LOCAL_MAX_FILES = 5_000
-LOCAL_MAX_BYTES = 64 * 1024 * 1024
 
 
 @dataclass
@@ -606,41 +598,6 @@ def _local_sources() -> list[tuple[str, Path]]:
     return sources
 
 
-def local_package_digest(root: Path) -> tuple[str, list[dict]]:
-    """sha256 over every file of a package folder (paths and bytes), and the list of its files.
-
-    Symlinks are not followed, caches and virtualenvs are skipped, and the walk
-    is capped in files and bytes so a hostile folder cannot stall the indexer.
-    """
-    h = hashlib.sha256()
-    listing: list[dict] = []
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in LOCAL_SKIP_DIRS and not d.endswith(".egg-info"))
-        for filename in sorted(filenames):
-            path = Path(dirpath, filename)
-            if path.is_symlink() or not path.is_file() or filename.endswith((".pyc", ".pyo")):
-                continue
-            size = path.stat().st_size
-            total += size
-            if len(listing) >= LOCAL_MAX_FILES or total > LOCAL_MAX_BYTES:
-                raise ValueError(f"the package folder is larger than {LOCAL_MAX_FILES:,} files or {LOCAL_MAX_BYTES:,} bytes")
-            rel = path.relative_to(root).as_posix()
-            listing.append({"path": rel, "size": size})
-            h.update(rel.encode() + b"\0" + str(size).encode() + b"\0")
-            with open(path, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 16), b""):
-                    h.update(chunk)
-    return h.hexdigest(), sorted(listing, key=lambda item: item["path"])[:MAX_LISTED_FILES]
-
-
-def _read_local_file(path: Path, cap: int) -> bytes | None:
-    if not path.is_file() or path.is_symlink():
-        return None
-    with open(path, "rb") as fh:
-        return fh.read(cap + 1)  # one byte over the cap is enough for decode_text to report it
-
-
 def local_package_index(*, owner: str, folder: Path) -> str:
     """Index one local package folder; its revision is the digest of its content."""
     name = folder.name
@@ -659,8 +616,7 @@ def local_package_index(*, owner: str, folder: Path) -> str:
         Environment.objects.filter(pk=env.pk).update(last_seen_at=timezone.now())
         return UNCHANGED
     is_new = env is None or env.head_id is None
-    contents = {path: _read_local_file(folder / path, mf.FILE_CAPS[path]) for path in mf.PACKAGE_FILES}
-    facts = mf.read_package(contents)
+    facts = package_facts(folder)
     if env is None:
         env, _ = environment_get_or_create(source=Environment.Source.LOCAL, owner=owner, name=name)
     if env.local_path != str(folder):

@@ -267,19 +267,3 @@ def test_a_hub_outage_is_retried_with_backoff_then_given_up(corpus_stub, validat
     run.refresh_from_db()
     assert (run.state, run.outcome, run.attempts) == ("finished", "error", 3)
     assert run.reason.startswith("Gave up after 3 attempts") and run.report is None
-
-
-def test_the_plan_is_read_where_the_manifest_puts_it_and_never_through_a_link_out(tmp_path):
-    from registry.runners import _folder_plan
-
-    pkg = tmp_path / "pkg"
-    (pkg / "plans").mkdir(parents=True)
-    (pkg / "plans" / "probe.json").write_bytes(b'{"plan_schema_version": "1"}')
-    manifest = {"name": "x", "validation": {"execution": {"kind": "openenv_ws", "probe_path": "plans/probe.json"}}}
-    assert _folder_plan(pkg, manifest) == b'{"plan_schema_version": "1"}'
-    assert _folder_plan(pkg, {"name": "x"}) is None  # default validation/runtime.json: absent
-    secret = tmp_path / "secret.json"
-    secret.write_bytes(b"{}")
-    (pkg / "validation").mkdir()
-    (pkg / "validation" / "runtime.json").symlink_to(secret)
-    assert _folder_plan(pkg, {"name": "x"}) is None

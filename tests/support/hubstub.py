@@ -19,9 +19,42 @@ route                                                    kind          client ca
 ``POST /api/spaces/{id}/paths-info/{rev}``               ``paths_info`` ``get_paths_info``
 ``HEAD|GET /spaces/{id}/resolve/{rev}/{path}``           ``resolve``   ``hf_hub_download``
 ``GET /api/whoami-v2``                                   ``whoami``    ``whoami``
+``POST /api/repos/create``                               ``create``    ``create_repo``
+``DELETE /api/repos/delete``                             ``delete``    ``delete_repo``
+``POST /api/repos/move``                                 ``move``      ``move_repo``
+``POST /api/spaces/{id}/preupload/{rev}``                ``preupload`` ``upload_folder`` & co.
+``POST /api/spaces/{id}/commit/{rev}`` (NDJSON)          ``commit``    ``create_commit``
+``POST /spaces/{id}.git/info/lfs/objects/batch``         ``lfs``       LFS batch (basic transfer)
+``PUT /lfs-upload/{sha256}``, ``POST /lfs-verify/{id}``  ``lfs``       LFS upload and verify
+``GET|POST|DELETE /api/spaces/{id}/variables``           ``variables`` ``add_space_variable`` & co.
+``GET|POST|DELETE /api/spaces/{id}/secrets``             ``secrets``   ``add_space_secret`` & co.
+``GET /api/spaces/{id}/xet-write-token/{rev}``           ``xet``       501: speaks LFS, not Xet
+``POST /api/validate-yaml``                              ``validate_yaml`` a README's front-matter
 ``/oauth/*``, ``/.well-known/openid-configuration``      ``oauth``     sign-in (``hub_oauth.py``)
 anything else                                            ``unknown``   404 JSON
 =======================================================  ============  ===========================
+
+Writing (what ``openenv push`` and ``HfApi.upload_folder`` do) takes a token
+given to ``add_token``: 401 without one, 403 outside the user's own namespace
+and the organizations where its role is ``admin`` or ``write``. ``preupload``
+answers ``lfs`` for files of ``lfs_threshold`` bytes or more (10 MiB, as the
+Hub) and for binary samples (a NUL byte), else ``regular``; a commit takes
+base64 ``file`` lines, ``lfsFile`` lines naming an object uploaded through the
+LFS batch API, ``deletedFile`` and ``deletedFolder``, and makes one new sha
+served at once by every read route. ``huggingface_hub`` uploads ``lfs`` files
+through Xet when ``hf_xet`` is installed: the stand-in does not speak Xet, so
+run such a client with ``HF_HUB_DISABLE_XET=1`` (its Xet token route answers
+501 saying so). Space variables and secrets are kept per Space (secret values
+are never returned).
+
+Webhooks: ``add_webhook(url, secret)`` makes the stand-in POST the Hub's
+payload (``event {action, scope}``, ``repo {type, name, id, private,
+headSha, ...}``, ``updatedRefs``, ``webhook {id, version}``, the secret
+verbatim in ``X-Webhook-Secret``) after every commit (``update`` /
+``repo.content``; ``create`` / ``repo`` for a new Space), force-push
+(``reset_space``), visibility change (``update`` / ``repo.config``), delete
+and move (``movedTo``), from one delivery thread, in order; ``deliveries``
+records each attempt and ``wait_for_deliveries`` waits for them.
 
 Behaviour worth knowing (and kept deliberately close to the real Hub):
 
@@ -59,6 +92,7 @@ import binascii
 import bisect
 import hashlib
 import json
+import queue
 import re
 import socket
 import threading
@@ -70,11 +104,13 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.error import URLError
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit
+from urllib.request import Request, urlopen
 
 import yaml
 
-__all__ = ["HubStub", "Injection", "RecordedRequest", "RUNTIME_STAGES", "git_blob_oid"]
+__all__ = ["Delivery", "HubStub", "Injection", "RecordedRequest", "RUNTIME_STAGES", "git_blob_oid"]
 
 RUNTIME_STAGES = (
     "NO_APP_FILE",
@@ -93,7 +129,19 @@ RUNTIME_STAGES = (
 )
 _SERVING_STAGES = {"RUNNING", "RUNNING_BUILDING", "RUNNING_APP_STARTING"}
 
-KINDS = ("list", "info", "tree", "paths_info", "resolve", "whoami", "oauth", "unknown")
+KINDS = (
+    "list", "info", "tree", "paths_info", "resolve", "whoami", "create", "delete", "move", "preupload", "commit",
+    "lfs", "variables", "secrets", "xet", "validate_yaml", "oauth", "unknown",
+)
+LFS_THRESHOLD = 10 * 1024 * 1024  # the Hub's: larger files go to LFS
+# What the Hub commits first in a new Space.
+_GITATTRIBUTES = (
+    "*.7z filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs merge=lfs -text\n"
+    "*.pt filter=lfs diff=lfs merge=lfs -text\n*.safetensors filter=lfs diff=lfs merge=lfs -text\n"
+    "*.zip filter=lfs diff=lfs merge=lfs -text\n"
+)
+_WRITE_ROLES = ("admin", "write")
+WEBHOOK_VERSION = 3
 
 # Fields a listing item or space_info may carry (the `expand` vocabulary of
 # huggingface_hub 2.4's ExpandSpaceProperty_T, plus `host`).
@@ -229,6 +277,7 @@ def _parse_front_matter(readme: bytes) -> tuple[dict | None, list[str]]:
 class _Blob:
     data: bytes
     oid: str
+    lfs: str | None = None  # sha256 of the content when it was uploaded through LFS
 
 
 @dataclass
@@ -262,6 +311,8 @@ class _Revision:
             children.setdefault("/".join(parts[:-1]), set()).add(path)
             commit = self.last_commit[path]
             entries[path] = {"type": "file", "oid": blob.oid, "size": len(blob.data), "path": path, "_commit": commit}
+            if blob.lfs is not None:
+                entries[path]["lfs"] = {"oid": blob.lfs, "size": len(blob.data), "pointerSize": 134}
 
         def build(directory: str) -> tuple[str, tuple[str, str, float] | None]:
             lines, newest = [], None
@@ -352,6 +403,24 @@ class Injection:
 
 
 @dataclass
+class Delivery:
+    """One webhook POST the stand-in made: what it sent, and what came back (``status`` None: no answer)."""
+
+    webhook_id: str
+    url: str
+    payload: dict
+    status: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class _Webhook:
+    id: str
+    url: str
+    secret: str | None
+
+
+@dataclass
 class _Response:
     status: int
     headers: list[tuple[str, str]]
@@ -407,11 +476,13 @@ class HubStub:
     response is sent.
     """
 
-    def __init__(self, *, page_size: int = 20, tree_page_size: int | None = None) -> None:
+    def __init__(self, *, page_size: int = 20, tree_page_size: int | None = None,
+                 lfs_threshold: int = LFS_THRESHOLD) -> None:
         if page_size < 1:
             raise ValueError("page_size must be >= 1")
         self.page_size = page_size
         self.tree_page_size = tree_page_size or page_size
+        self.lfs_threshold = lfs_threshold
         self.errors: list[str] = []  # tracebacks of stub bugs (answered as 500); tests should assert it is empty
         self._lock = threading.RLock()
         self._spaces: dict[str, _Space] = {}
@@ -428,6 +499,13 @@ class HubStub:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[socket.socket] = set()
+        self._lfs: dict[str, bytes] = {}  # sha256 -> content uploaded through the LFS batch API
+        self._variables: dict[str, dict[str, dict]] = {}  # repo id -> key -> {value, description, updatedAt}
+        self._secrets: dict[str, dict[str, dict]] = {}  # repo id -> key -> {value, description, updatedAt}
+        self._webhooks: list[_Webhook] = []
+        self._deliveries: list[Delivery] = []
+        self._outbox: queue.Queue = queue.Queue()
+        self._courier: threading.Thread | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -462,6 +540,10 @@ class HubStub:
         server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        courier, self._courier = self._courier, None
+        if courier is not None:
+            self._outbox.put(None)
+            courier.join(timeout=15)
 
     def __enter__(self) -> HubStub:
         return self.start()
@@ -573,11 +655,16 @@ class HubStub:
                     last_commit[path] = (sha, title, date)
             space.revisions[sha] = _Revision(sha, date, title, new_files, final_tags, final_card, last_commit)
             space.history.append(sha)
-            if repo_id not in self._spaces:
+            created = repo_id not in self._spaces
+            if created:
                 self._spaces[repo_id] = space
                 bisect.insort(self._ids, repo_id)
             self._index_tags(space)
             self._version += 1
+            if created:
+                self._notify("create", "repo", space)
+            else:
+                self._notify("update", "repo.content", space, old_sha=previous.sha)
             return sha
 
     def reset_space(self, repo_id: str, sha: str) -> None:
@@ -586,8 +673,12 @@ class HubStub:
             space = self._spaces[repo_id]
             if sha not in space.revisions:
                 raise ValueError(f"{sha} is not a commit of {repo_id}")
+            old = space.history[-1]
+            self._unindex_tags(space)
             space.history.append(sha)
+            self._index_tags(space)
             self._version += 1
+            self._notify("update", "repo.content", space, old_sha=old)
 
     def delete_space(self, repo_id: str) -> None:
         """Remove the Space and all its revisions (every route then answers RepoNotFound)."""
@@ -595,24 +686,30 @@ class HubStub:
             space = self._spaces.pop(repo_id)
             self._unindex_tags(space)
             del self._ids[bisect.bisect_left(self._ids, repo_id)]
+            self._variables.pop(repo_id, None)
+            self._secrets.pop(repo_id, None)
             self._version += 1
+            self._notify("delete", "repo", space)
 
-    def move_space(self, repo_id: str, new_id: str) -> None:
-        """Rename the Space, as the Hub's "move" does: same repository object id, same commits and shas; the old id
-        then answers RepoNotFound (this stand-in does not redirect it)."""
-        if not _REPO_ID.fullmatch(new_id):
-            raise ValueError(f"invalid Space id {new_id!r}")
+    def move_space(self, from_id: str, to_id: str) -> None:
+        """Rename a Space (``HfApi.move_repo``): same history and settings under the new id; the old id is gone."""
+        if not _REPO_ID.fullmatch(to_id):
+            raise ValueError(f"invalid Space id {to_id!r}")
         with self._lock:
-            if new_id in self._spaces:
-                raise ValueError(f"{new_id} already exists")
-            space = self._spaces.pop(repo_id)
+            if to_id in self._spaces:
+                raise ValueError(f"{to_id} already exists")
+            space = self._spaces.pop(from_id)
             self._unindex_tags(space)
-            del self._ids[bisect.bisect_left(self._ids, repo_id)]
-            space.repo_id = new_id
-            self._spaces[new_id] = space
-            bisect.insort(self._ids, new_id)
+            del self._ids[bisect.bisect_left(self._ids, from_id)]
+            space.repo_id = to_id
+            self._spaces[to_id] = space
+            bisect.insort(self._ids, to_id)
             self._index_tags(space)
+            for settings in (self._variables, self._secrets):
+                if from_id in settings:
+                    settings[to_id] = settings.pop(from_id)
             self._version += 1
+            self._notify("move", "repo", space, old_name=from_id)
 
     def repo_object_id(self, repo_id: str) -> str:
         """The Space's repository object id (the ``_id`` of ``space_info``; webhooks send it as ``repo.id``)."""
@@ -634,6 +731,7 @@ class HubStub:
         """Change Space metadata without a commit (the sha stays the same); `host` points the Space at a real server."""
         with self._lock:
             space = self._spaces[repo_id]
+            visibility_changed = private is not None and private != space.private
             for name, value in (
                 ("likes", likes),
                 ("private", private),
@@ -646,6 +744,8 @@ class HubStub:
                 if value is not None:
                     setattr(space, name, value)
             self._version += 1
+            if visibility_changed:
+                self._notify("update", "repo.config", space)
 
     def set_private(self, repo_id: str, private: bool = True) -> None:
         self.update_space(repo_id, private=private)
@@ -733,6 +833,98 @@ class HubStub:
                 "auth": {"type": "access_token", "accessToken": {"displayName": "hubstub", "role": "read"}},
             }
 
+    def space_variables(self, repo_id: str) -> dict[str, str]:
+        """The Space's variables, key -> value."""
+        with self._lock:
+            return {k: v["value"] for k, v in self._variables.get(repo_id, {}).items()}
+
+    def space_secrets(self, repo_id: str) -> dict[str, str]:
+        """The Space's secrets, key -> value (what the Space would get; the HTTP API never returns values)."""
+        with self._lock:
+            return {k: v["value"] for k, v in self._secrets.get(repo_id, {}).items()}
+
+    # ------------------------------------------------------------------ webhooks
+
+    def add_webhook(self, url: str, secret: str | None = None) -> str:
+        """Deliver every repo event from now on to ``url`` (POST, JSON); returns the webhook's id."""
+        with self._lock:
+            hook_id = hashlib.sha1(f"webhook:{len(self._webhooks)}:{url}".encode()).hexdigest()[:24]
+            self._webhooks.append(_Webhook(hook_id, url, secret))
+            if self._courier is None:
+                self._courier = threading.Thread(target=self._deliver_loop, daemon=True)
+                self._courier.start()
+            return hook_id
+
+    def remove_webhook(self, hook_id: str) -> None:
+        with self._lock:
+            self._webhooks = [w for w in self._webhooks if w.id != hook_id]
+
+    @property
+    def deliveries(self) -> list[Delivery]:
+        """Every delivery attempt so far, in the order the events happened."""
+        with self._lock:
+            return list(self._deliveries)
+
+    def wait_for_deliveries(self, count: int, timeout: float = 10.0) -> list[Delivery]:
+        """Block until at least ``count`` deliveries were attempted (answered or failed); return them all."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                done = [d for d in self._deliveries if d.status is not None or d.error is not None]
+                if len(done) >= count:
+                    return list(self._deliveries)
+            time.sleep(0.02)
+        raise TimeoutError(f"{len(self.deliveries)} webhook deliveries attempted, {count} expected")
+
+    def _notify(self, action: str, scope: str, space: _Space, *, old_sha: str | None = None,
+                old_name: str | None = None) -> None:
+        """Queue the event for every webhook (called with the lock held, right after the change)."""
+        if not self._webhooks:
+            return
+        base = self.url if self._server is not None else "http://127.0.0.1"
+        head = space.history[-1] if space.history else None
+        repo: dict[str, Any] = {
+            "type": "space", "name": old_name or space.repo_id, "id": space.mongo_id, "private": space.private,
+            "url": {"web": f"{base}/spaces/{old_name or space.repo_id}",
+                    "api": f"{base}/api/spaces/{old_name or space.repo_id}"},
+            "owner": {"id": hashlib.sha1(f"user:{space.author}".encode()).hexdigest()[:24]},
+            "headSha": head, "subdomain": _subdomain(space.repo_id),
+        }
+        for hook in self._webhooks:
+            payload: dict[str, Any] = {
+                "event": {"action": action, "scope": scope}, "repo": repo,
+                "webhook": {"id": hook.id, "version": WEBHOOK_VERSION},
+            }
+            if scope == "repo.content":
+                payload["updatedRefs"] = [{"ref": "refs/heads/main", "oldSha": old_sha, "newSha": head}]
+            if action == "move":
+                payload["movedTo"] = {"name": space.repo_id, "owner": repo["owner"]}
+            delivery = Delivery(hook.id, hook.url, json.loads(json.dumps(payload)))
+            self._deliveries.append(delivery)
+            self._outbox.put((hook, delivery))
+
+    def _deliver_loop(self) -> None:
+        while True:
+            item = self._outbox.get()
+            if item is None:
+                return
+            hook, delivery = item
+            headers = {"Content-Type": "application/json", "User-Agent": "HubStub-Webhooks/1.0"}
+            if hook.secret is not None:
+                headers["X-Webhook-Secret"] = hook.secret
+            request = Request(hook.url, data=json.dumps(delivery.payload).encode(), headers=headers, method="POST")
+            try:
+                with urlopen(request, timeout=10) as response:
+                    status = response.status
+                error = None
+            except URLError as exc:
+                status = getattr(exc, "code", None)
+                error = None if status is not None else str(exc.reason)
+            except OSError as exc:
+                status, error = None, str(exc)
+            with self._lock:
+                delivery.status, delivery.error = status, error
+
     # ------------------------------------------------------------------ requests and faults
 
     @property
@@ -808,7 +1000,9 @@ class HubStub:
         return path
 
     @staticmethod
-    def _blob(value: bytes | str) -> _Blob:
+    def _blob(value: bytes | str | _Blob) -> _Blob:
+        if isinstance(value, _Blob):
+            return value
         data = value.encode() if isinstance(value, str) else bytes(value)
         return _Blob(data, git_blob_oid(data))
 
@@ -874,8 +1068,11 @@ class HubStub:
         query: dict[str, list[str]] = {}
         for key, value in pairs:
             query.setdefault(key, []).append(value)
-        length = int(handler.headers.get("Content-Length") or 0)
-        body = handler.rfile.read(length) if length > 0 else b""
+        if (handler.headers.get("Transfer-Encoding") or "").lower() == "chunked":
+            body = self._read_chunked(handler)  # what the client sends when it streams a file object
+        else:
+            length = int(handler.headers.get("Content-Length") or 0)
+            body = handler.rfile.read(length) if length > 0 else b""
         kind, repo_id, answer = self._route(method, split.path, pairs, query, body, handler.headers)
         record = RecordedRequest(
             method=method,
@@ -907,6 +1104,18 @@ class HubStub:
         with self._lock:
             self._requests.append(record)
         self._send(handler, method, response)
+
+    @staticmethod
+    def _read_chunked(handler: BaseHTTPRequestHandler) -> bytes:
+        chunks = []
+        while True:
+            size = int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)
+            if size == 0:
+                while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(chunks)
+            chunks.append(handler.rfile.read(size))
+            handler.rfile.readline()
 
     @staticmethod
     def _injected(injection: Injection) -> _Response:
@@ -981,10 +1190,41 @@ class HubStub:
             if tail[0] == "paths-info" and len(tail) == 2:
                 rev = unquote(tail[1])
                 return "paths_info", repo_id, only(("POST",), lambda: self._paths_info(repo_id, rev, body))
+            if tail[0] == "preupload" and len(tail) == 2:
+                rev = unquote(tail[1])
+                return "preupload", repo_id, only(("POST",), lambda: self._preupload(headers, repo_id, rev, body))
+            if tail[0] == "commit" and len(tail) == 2:
+                rev = unquote(tail[1])
+                return "commit", repo_id, only(("POST",), lambda: self._commit(headers, repo_id, rev, body, query))
+            if tail in (["variables"], ["secrets"]):
+                kind = tail[0]
+                return kind, repo_id, only(("GET", "POST", "DELETE"),
+                                           lambda: self._settings(kind, method, headers, repo_id, body))
+            if tail[0] == "xet-write-token":
+                return "xet", repo_id, lambda: _error(
+                    501, "The Hub stand-in speaks LFS, not Xet: run the client with HF_HUB_DISABLE_XET=1")
         if len(segs) == 3 and segs[:2] == ["api", "spaces"]:
             repo_id = unquote(segs[2])
             missing = _error(404, f"Repository {repo_id} not found", "RepoNotFound")
             return "info", repo_id, only(("GET",), lambda: missing)
+        if segs == ["api", "validate-yaml"]:
+            return "validate_yaml", None, only(("POST",), lambda: self._validate_yaml(body))
+        if segs[:3] == ["api", "repos", "create"] and len(segs) == 3:
+            return "create", None, only(("POST",), lambda: self._create_repo(headers, body))
+        if segs[:3] == ["api", "repos", "delete"] and len(segs) == 3:
+            return "delete", None, only(("DELETE",), lambda: self._delete_repo(headers, body))
+        if segs[:3] == ["api", "repos", "move"] and len(segs) == 3:
+            return "move", None, only(("POST",), lambda: self._move_repo(headers, body))
+        if len(segs) == 7 and segs[0] == "spaces" and segs[2].endswith(".git") and segs[3:] == [
+                "info", "lfs", "objects", "batch"]:
+            repo_id = f"{unquote(segs[1])}/{unquote(segs[2])[:-4]}"
+            return "lfs", repo_id, only(("POST",), lambda: self._lfs_batch(headers, repo_id, body))
+        if len(segs) == 2 and segs[0] == "lfs-upload":
+            oid = segs[1]
+            return "lfs", None, only(("PUT",), lambda: self._lfs_upload(oid, body))
+        if len(segs) == 3 and segs[0] == "lfs-verify":
+            repo_id = f"{unquote(segs[1])}/{unquote(segs[2])}"
+            return "lfs", repo_id, only(("POST",), lambda: self._lfs_verify(repo_id, body))
         if len(segs) >= 6 and segs[0] == "spaces" and segs[3] == "resolve":
             repo_id = f"{unquote(segs[1])}/{unquote(segs[2])}"
             rev = unquote(segs[4])
@@ -1238,7 +1478,7 @@ class HubStub:
         size = len(blob.data)
         base = [
             *commit,
-            ("ETag", f'"{blob.oid}"'),
+            ("ETag", f'"{blob.lfs or blob.oid}"'),  # an LFS file's ETag is its sha256, as on the Hub
             ("Content-Type", "application/octet-stream"),
             ("Accept-Ranges", "bytes"),
         ]
@@ -1260,6 +1500,234 @@ class HubStub:
                 206, [*base, ("Content-Range", f"bytes {start}-{stop}/{size}")], memoryview(blob.data)[start : stop + 1]
             )
         return _Response(200, base, blob.data)
+
+    # ------------------------------------------------------------------ internals: writes
+
+    def _identity(self, headers: Mapping[str, str]) -> dict | None:
+        auth = headers.get("Authorization") or ""
+        token = auth[len("Bearer ") :].strip() if auth.startswith("Bearer ") else None
+        return self._tokens.get(token) if token else None
+
+    @staticmethod
+    def _may_write(identity: dict, namespace: str) -> bool:
+        return namespace == identity["name"] or any(
+            org["name"] == namespace and org["roleInOrg"] in _WRITE_ROLES for org in identity["orgs"])
+
+    def _writable(self, headers: Mapping[str, str], repo_id: str) -> _Space | _Response:
+        """The Space the request may write to, or the Hub's answer: 401 without a known token, 404 for an unknown
+        Space (or one the token cannot see), 403 without write rights on its namespace."""
+        identity = self._identity(headers)
+        if identity is None:
+            return _error(401, "Invalid credentials in Authorization header")
+        space = self._spaces.get(repo_id)
+        if space is None or (space.private and not self._may_write(identity, space.author)):
+            return _error(404, f"Repository {repo_id} not found", "RepoNotFound")
+        if not self._may_write(identity, space.author):
+            return _error(403, f"You don't have the rights to write to {repo_id}")
+        return space
+
+    @staticmethod
+    def _json_body(body: bytes) -> dict | None:
+        try:
+            data = json.loads(body or b"{}")
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+
+    def _validate_yaml(self, body: bytes) -> _Response:
+        """A README's front-matter must be a YAML mapping when present (the Hub checks much more)."""
+        payload = self._json_body(body) or {}
+        text = str(payload.get("content") or "")
+        match = _FRONT_MATTER.match(text)
+        if match is not None:
+            try:
+                data = yaml.load(match.group(1) or "", Loader=_YAML_LOADER)
+            except yaml.YAMLError as exc:
+                return _json_response(400, {"errors": [{"message": f"Invalid YAML: {exc}"}], "warnings": []})
+            if data is not None and not isinstance(data, dict):
+                return _json_response(400, {"errors": [{"message": "The metadata is not a mapping"}], "warnings": []})
+        return _json_response(200, {"errors": [], "warnings": []})
+
+    def _create_repo(self, headers: Mapping[str, str], body: bytes) -> _Response:
+        payload = self._json_body(body)
+        if payload is None:
+            return _error(400, "Invalid JSON body")
+        identity = self._identity(headers)
+        if identity is None:
+            return _error(401, "Invalid credentials in Authorization header")
+        if payload.get("type") != "space":
+            return _error(400, "The Hub stand-in serves Spaces only")
+        namespace = payload.get("organization") or identity["name"]
+        repo_id = f"{namespace}/{payload.get('name')}"
+        if not _REPO_ID.fullmatch(repo_id):
+            return _error(400, f"Invalid repo name {repo_id!r}")
+        if not self._may_write(identity, namespace):
+            return _error(403, f"You don't have the rights to create a space under the namespace {namespace!r}")
+        if repo_id in self._spaces:
+            return _json_response(409, {"error": "You already created this space repo",
+                                        "url": f"{self.url}/spaces/{repo_id}"})
+        private = payload.get("private") is True or payload.get("visibility") == "private"
+        self.put_space(repo_id, {".gitattributes": _GITATTRIBUTES}, sdk=str(payload.get("sdk") or "docker"),
+                       private=private, commit_message="initial commit")
+        space = self._spaces[repo_id]
+        return _json_response(200, {"url": f"{self.url}/spaces/{repo_id}", "name": repo_id, "id": space.mongo_id})
+
+    def _delete_repo(self, headers: Mapping[str, str], body: bytes) -> _Response:
+        payload = self._json_body(body) or {}
+        identity = self._identity(headers)
+        repo_id = f"{payload.get('organization') or (identity or {}).get('name')}/{payload.get('name')}"
+        found = self._writable(headers, repo_id)
+        if isinstance(found, _Response):
+            return found
+        self.delete_space(repo_id)
+        return _json_response(200, {})
+
+    def _move_repo(self, headers: Mapping[str, str], body: bytes) -> _Response:
+        payload = self._json_body(body) or {}
+        from_id, to_id = str(payload.get("fromRepo")), str(payload.get("toRepo"))
+        found = self._writable(headers, from_id)
+        if isinstance(found, _Response):
+            return found
+        if not _REPO_ID.fullmatch(to_id) or not self._may_write(self._identity(headers), to_id.split("/")[0]):
+            return _error(403, f"You cannot move {from_id} to {to_id}")
+        if to_id in self._spaces:
+            return _error(409, f"{to_id} already exists")
+        self.move_space(from_id, to_id)
+        return _json_response(200, {})
+
+    def _preupload(self, headers: Mapping[str, str], repo_id: str, rev: str, body: bytes) -> _Response:
+        space = self._writable(headers, repo_id)
+        if isinstance(space, _Response):
+            return space
+        revision = self._revision(space, rev)
+        if revision is None:
+            return _error(404, f"Invalid rev id: {rev}", "RevisionNotFound")
+        payload = self._json_body(body)
+        if payload is None or not isinstance(payload.get("files"), list):
+            return _error(400, "Invalid preupload body")
+        out = []
+        for item in payload["files"]:
+            path, size = str(item.get("path")), int(item.get("size") or 0)
+            sample = base64.b64decode(str(item.get("sample") or ""))
+            mode = "lfs" if size >= self.lfs_threshold or b"\0" in sample else "regular"
+            blob = revision.files.get(path)
+            # What the client compares with its own oid to skip an unchanged file.
+            remote = None if blob is None else (blob.lfs if mode == "lfs" else blob.oid)
+            out.append({"path": path, "uploadMode": mode, "shouldIgnore": False, "oid": remote})
+        return _json_response(200, {"files": out, "commitOid": revision.sha})
+
+    def _commit(self, headers: Mapping[str, str], repo_id: str, rev: str, body: bytes,
+                query: dict[str, list[str]]) -> _Response:
+        space = self._writable(headers, repo_id)
+        if isinstance(space, _Response):
+            return space
+        if query.get("create_pr"):
+            return _error(501, "The Hub stand-in does not open pull requests")
+        if rev not in ("main", "refs/heads/main", "refs%2Fheads%2Fmain"):
+            return _error(400, f"The Hub stand-in commits to main only, not {rev!r}")
+        head = space.head_revision
+        files: dict[str, _Blob] = dict(head.files)
+        summary = "Upload files"
+        try:
+            lines = [json.loads(line) for line in body.decode("utf-8").splitlines() if line.strip()]
+        except (UnicodeDecodeError, ValueError):
+            return _error(400, "The commit body is not NDJSON")
+        for line in lines:
+            key, value = line.get("key"), line.get("value") or {}
+            if key == "header":
+                summary = str(value.get("summary") or summary)
+                parent = value.get("parentCommit")
+                if parent is not None and parent != head.sha:
+                    return _error(412, "A commit has happened since. Please refresh and try again.")
+            elif key == "file":
+                if value.get("encoding") != "base64":
+                    return _error(400, "file lines must be base64-encoded")
+                try:
+                    files[self._check_path(str(value.get("path")))] = self._blob(base64.b64decode(value["content"]))
+                except (ValueError, KeyError, binascii.Error) as exc:
+                    return _error(400, f"Invalid file line: {exc}")
+            elif key == "lfsFile":
+                oid = str(value.get("oid"))
+                data = self._lfs.get(oid)
+                if data is None:
+                    return _error(422, f"LFS object {oid} was not uploaded")
+                try:
+                    path = self._check_path(str(value.get("path")))
+                except ValueError as exc:
+                    return _error(400, str(exc))
+                files[path] = _Blob(data, git_blob_oid(data), lfs=oid)
+            elif key == "deletedFile":
+                if files.pop(str(value.get("path")), None) is None:
+                    return _error(404, "A file with this name doesn't exist", "EntryNotFound")
+            elif key == "deletedFolder":
+                prefix = str(value.get("path")).rstrip("/") + "/"
+                for path in [p for p in files if p.startswith(prefix)]:
+                    del files[path]
+            else:
+                return _error(400, f"Unknown commit line {key!r}")
+        try:
+            sha = self.put_space(repo_id, files, commit_message=summary)
+        except ValueError as exc:
+            return _error(400, str(exc))
+        return _json_response(200, {
+            "success": True, "commitOid": sha, "commitMessage": summary, "hookOutput": "",
+            "commitUrl": f"{self.url}/spaces/{repo_id}/commit/{sha}",
+        })
+
+    def _lfs_batch(self, headers: Mapping[str, str], repo_id: str, body: bytes) -> _Response:
+        space = self._writable(headers, repo_id)
+        if isinstance(space, _Response):
+            return space
+        payload = self._json_body(body)
+        if payload is None or payload.get("operation") != "upload" or not isinstance(payload.get("objects"), list):
+            return _error(400, "The Hub stand-in's LFS batch API takes uploads only")
+        objects = []
+        for item in payload["objects"]:
+            oid, size = str(item.get("oid")), item.get("size")
+            entry: dict[str, Any] = {"oid": oid, "size": size}
+            if not re.fullmatch(r"[0-9a-f]{64}", oid) or not isinstance(size, int):
+                entry["error"] = {"code": 422, "message": "invalid oid or size"}
+            elif len(self._lfs.get(oid, b"")) != size or oid not in self._lfs:
+                entry["authenticated"] = True
+                entry["actions"] = {"upload": {"href": f"{self.url}/lfs-upload/{oid}"},
+                                    "verify": {"href": f"{self.url}/lfs-verify/{repo_id}"}}
+            objects.append(entry)
+        return _json_response(200, {"transfer": "basic", "objects": objects})
+
+    def _lfs_upload(self, oid: str, body: bytes) -> _Response:
+        if hashlib.sha256(body).hexdigest() != oid:
+            return _error(400, "The content does not match its sha256")
+        self._lfs[oid] = bytes(body)
+        return _Response(200, [])
+
+    def _lfs_verify(self, repo_id: str, body: bytes) -> _Response:
+        payload = self._json_body(body) or {}
+        data = self._lfs.get(str(payload.get("oid")))
+        if data is None or len(data) != payload.get("size"):
+            return _error(404, "Object not found")
+        return _json_response(200, {})
+
+    def _settings(self, kind: str, method: str, headers: Mapping[str, str], repo_id: str, body: bytes) -> _Response:
+        """Space variables or secrets (HfApi.add_space_variable & co.); secret values never come back."""
+        space = self._writable(headers, repo_id)
+        if isinstance(space, _Response):
+            return space
+        store = (self._variables if kind == "variables" else self._secrets).setdefault(repo_id, {})
+        if method in ("POST", "DELETE"):
+            payload = self._json_body(body)
+            if payload is None or not isinstance(payload.get("key"), str) or not payload["key"]:
+                return _error(400, "A key is required")
+            if method == "POST":
+                store[payload["key"]] = {"value": str(payload.get("value", "")), "updatedAt": _iso(time.time()),
+                                         "description": payload.get("description")}
+            else:
+                store.pop(payload["key"], None)
+            self._version += 1
+        if kind == "secrets":
+            return _json_response(200, {k: {"description": v["description"], "updatedAt": v["updatedAt"]}
+                                        for k, v in store.items()} if method == "GET" else {})
+        return _json_response(200, {k: {"value": v["value"], "description": v["description"],
+                                        "updatedAt": v["updatedAt"]} for k, v in store.items()})
 
     def _whoami(self, headers: Mapping[str, str]) -> _Response:
         auth = headers.get("Authorization") or ""
