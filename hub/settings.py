@@ -329,6 +329,8 @@ HUB_SYNC_INTERVAL_S = env_int("HUB_SYNC_INTERVAL_S", 3600)
 HUB_SYNC_HEARTBEAT_S = env_float("HUB_SYNC_HEARTBEAT_S", 30.0)
 HUB_SYNC_STALE_S = env_float("HUB_SYNC_STALE_S", 300.0)
 HUB_HTTP_TIMEOUT_S = env_float("HUB_HTTP_TIMEOUT_S", 30.0)
+# A full sync reads and indexes this many Spaces at once (threads sharing one client; a 429 slows them all).
+HUB_SYNC_CONCURRENCY = max(1, env_int("HUB_SYNC_CONCURRENCY", 8))
 HUB_RETRY_ATTEMPTS = env_int("HUB_RETRY_ATTEMPTS", 4)
 HUB_RETRY_BASE_S = env_float("HUB_RETRY_BASE_S", 1.0)
 # A Retry-After longer than this is cut short: one hostile header must not park a worker for hours.

@@ -234,11 +234,28 @@ class HubClient:
         self.api = HfApi(endpoint=self.endpoint, token=token or settings.HF_TOKEN or False)
         self.cache_dir = Path(cache_dir or settings.HF_CACHE_DIR)
         self.sleep = sleep
+        # When the Hub answers 429, every reader of this client waits: one gate, shared by all its threads.
+        self._gate_lock = threading.Lock()
+        self._not_before = 0.0
+        self._closed_by = threading.local()  # the reader that closed the gate sleeps its own delay, not twice
+
+    def _gate_wait(self) -> None:
+        with self._gate_lock:
+            delay = self._not_before - time.monotonic()
+            mine = getattr(self._closed_by, "until", None) == self._not_before
+        if delay > 0 and not mine:
+            self.sleep(delay)
+
+    def _gate_close(self, delay: float) -> None:
+        with self._gate_lock:
+            self._not_before = max(self._not_before, time.monotonic() + delay)
+            self._closed_by.until = self._not_before
 
     def _call(self, what: str, fn: Callable[[], T], *, attempts: int | None = None) -> T:
         """Run one Hub call, retrying transient failures with capped exponential backoff."""
         attempts = max(1, attempts or settings.HUB_RETRY_ATTEMPTS)
         for attempt in range(1, attempts + 1):
+            self._gate_wait()
             try:
                 return fn()
             except HubError:
@@ -261,6 +278,8 @@ class HubClient:
             delay = _retry_after(error)
             if delay is None:
                 delay = min(settings.HUB_RETRY_BASE_S * 2 ** (attempt - 1), 30.0)
+            if _status(error) == 429:  # the Hub limits the client, not this one read: every reader slows down
+                self._gate_close(delay)
             logger.debug("hub: %s failed (%s); retry %d/%d in %.1fs", what, _describe(error), attempt, attempts - 1, delay)
             self.sleep(delay)
         raise AssertionError("unreachable")

@@ -14,7 +14,6 @@ from html import escape
 
 from django.conf import settings
 from django.core.cache import cache
-from django.contrib.postgres.search import SearchVector
 from django.db import connection, transaction
 from django.db.models import Case, Value, When
 from django.utils import timezone
@@ -54,7 +53,7 @@ def _finished(environment_id: int):
 
 def environment_catalog_refresh(*, environment_id: int) -> None:
     """Recompute the catalog summary of one environment from its head and its finished runs."""
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # a caller's failure or ours rolls back the whole write anyway
         env = Environment.objects.select_for_update(of=("self",)).select_related("head").get(pk=environment_id)
         head = env.head
         runs = _finished(env.pk).defer("observed")
@@ -110,12 +109,15 @@ def _search_vector_refresh(env: Environment, head, tags: list[str], tools: list)
     described = " ".join([head.description if head else "", " ".join(tags), " ".join(str(t) for t in tools)])
     text = (readme.readme_text(head.readme_body[:SEARCH_README_SOURCE_CHARS], limit=SEARCH_README_CHARS)
             if head else "")
-    EnvironmentSearch.objects.update_or_create(environment_id=env.pk, defaults={"vector": None})
-    EnvironmentSearch.objects.filter(environment_id=env.pk).update(vector=(
-        SearchVector(Value(names), weight="A", config="simple")
-        + SearchVector(Value(described), weight="B", config="english")
-        + SearchVector(Value(text), weight="C", config="english")
-    ))
+    # One statement: insert or replace the row, the vector computed by the database.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{EnvironmentSearch._meta.db_table}" ("environment_id", "vector") VALUES (%s, '
+            "setweight(to_tsvector('simple'::regconfig, %s), 'A') "
+            "|| setweight(to_tsvector('english'::regconfig, %s), 'B') "
+            "|| setweight(to_tsvector('english'::regconfig, %s), 'C')) "
+            'ON CONFLICT ("environment_id") DO UPDATE SET "vector" = EXCLUDED."vector"',
+            [env.pk, names, described, text])
 
 
 def catalog_refresh_all(*, batch: int = 500) -> int:
@@ -127,15 +129,21 @@ def catalog_refresh_all(*, batch: int = 500) -> int:
     return count
 
 
-def revision_readme_html(*, revision_id: int) -> str:
+def revision_readme_html(*, revision_id: int, revision: Revision | None = None) -> str:
     """A revision's README as safe HTML: rendered and stored once (when the revision is indexed, or the first
-    time it is asked for after the renderer changed), so a page view seldom renders Markdown at all."""
-    stored = (RevisionReadme.objects.filter(revision_id=revision_id, renderer_version=readme.RENDERER_VERSION)
-              .values_list("html", flat=True).first())
-    if stored is not None:
-        return stored
-    revision = (Revision.objects.select_related("environment").only(
-        "sha", "readme_body", "environment__owner", "environment__name", "environment__source").get(pk=revision_id))
+    time it is asked for after the renderer changed), so a page view seldom renders Markdown at all.
+
+    The indexer passes the `revision` it has just created (with its environment): nothing is stored for it
+    yet, so it is rendered and stored without reading anything back.
+    """
+    if revision is None:
+        stored = (RevisionReadme.objects.filter(revision_id=revision_id, renderer_version=readme.RENDERER_VERSION)
+                  .values_list("html", flat=True).first())
+        if stored is not None:
+            return stored
+        revision = (Revision.objects.select_related("environment").only(
+            "sha", "readme_body", "environment__owner", "environment__name", "environment__source")
+            .get(pk=revision_id))
     env = revision.environment
     repo = (readme.RepoRef(owner=env.owner, name=env.name, sha=revision.sha, endpoint=settings.HF_ENDPOINT)
             if env.source == Environment.Source.HUGGINGFACE else None)
@@ -145,6 +153,9 @@ def revision_readme_html(*, revision_id: int) -> str:
         logger.exception("readme: revision %s could not be rendered", revision_id)
         html = ('<p class="notice">This README could not be rendered; its beginning is shown as plain text.</p>'
                 f"<pre>{escape(revision.readme_body[:UNRENDERED_README_CHARS])}</pre>")
-    RevisionReadme.objects.update_or_create(revision_id=revision_id, defaults={
-        "renderer_version": readme.RENDERER_VERSION, "html": html})
+    # One statement, and two renderers racing (an indexer and a page view) both succeed.
+    RevisionReadme.objects.bulk_create(
+        [RevisionReadme(revision_id=revision_id, renderer_version=readme.RENDERER_VERSION, html=html,
+                        rendered_at=timezone.now())],
+        update_conflicts=True, unique_fields=["revision"], update_fields=["renderer_version", "html", "rendered_at"])
     return html

@@ -35,6 +35,7 @@ from registry.models import (
     environment_key,
 )
 from registry.services.catalog import catalog_changed, environment_catalog_refresh, revision_readme_html
+from registry.services.fanout import fan_out
 from registry.services.heartbeat import Heartbeat
 from registry.services.validation import validation_run_request
 
@@ -186,7 +187,7 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
     written (a slow writer racing a webhook or a newer sync) are stored but do not move head.
     A Space reset to a sha indexed before is fresh news, and moves head back to it.
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # any failure here rolls back the caller's write too
         env = Environment.objects.select_for_update().get(pk=environment.pk)
         revision = Revision.objects.filter(environment=env, sha=sha).first()
         created = revision is None
@@ -235,7 +236,7 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
         if head_moved and settings.HUB_VALIDATE_NEW_REVISIONS:
             validation_run_request(revision=revision, trigger="new_revision")
     if created:
-        revision_readme_html(revision_id=revision.pk)  # now, so that no reader waits for it
+        revision_readme_html(revision_id=revision.pk, revision=revision)  # now, so that no reader waits for it
     environment.refresh_from_db()
     return revision, created
 
@@ -442,8 +443,10 @@ def _sync_run_finish(run: SyncRun, counts: Counter, *, messages: list[str] | Non
 def hub_sync(*, client: HubClient | None = None) -> SyncSummary:
     """Reconcile the index with the Hub: index new and changed Spaces, refresh the rest, withdraw what left.
 
-    Withdrawal happens only after a complete listing, and only once space_info
-    confirms the Space is gone, private, or no longer an environment.
+    Spaces to read are indexed on HUB_SYNC_CONCURRENCY threads sharing one client (so a 429 slows them all);
+    known environments are loaded a chunk at a time, so memory does not grow with the catalog beyond the
+    listing. Withdrawal happens only after a complete listing, and only once space_info confirms the Space is
+    gone, private, or no longer an environment.
     """
     client = client or HubClient()
     run, started = _sync_run_begin(SyncRun.Kind.HUB, client.endpoint)
@@ -456,36 +459,65 @@ def hub_sync(*, client: HubClient | None = None) -> SyncSummary:
             listing = client.list_environment_spaces()
             messages += listing.errors
             SyncRun.objects.filter(pk=run.pk).update(listing_complete=listing.complete)
-            known = {
-                env.key: env
-                for env in Environment.objects.filter(source=Environment.Source.HUGGINGFACE).select_related("head")
-            }
-            unchanged: list[tuple[Environment, SpaceFacts]] = []
-            for key, space in listing.spaces.items():
-                beat.check()
-                counts["found"] += 1
-                env = known.get(key)
-                if _is_current(env, space):
-                    unchanged.append((env, space))
-                else:
-                    counts[_index_guarded(client, space, env)] += 1
-            _live_facts_refresh(unchanged)
-            counts[UNCHANGED] += len(unchanged)
+            counts["found"] += len(listing.spaces)
+
+            def index(item: tuple[SpaceFacts, Environment | None]) -> str:
+                return _index_guarded(client, *item)
+
+            fan_out(_spaces_to_read(listing.spaces, counts, beat), index, workers=settings.HUB_SYNC_CONCURRENCY,
+                    on_result=lambda outcome: counts.update([outcome]), check=beat.check)
             if listing.complete:
-                for key, env in known.items():
-                    if key not in listing.spaces and env.status == Environment.Status.ACTIVE:
-                        beat.check()
-                        outcome = _guarded(lambda env=env: _withdraw_if_gone(client, env), env.repo_id, env)
-                        if outcome in (NEW, UPDATED, UNCHANGED):  # still there: the listing just did not show it
-                            counts["found"] += 1
-                        if outcome != SKIPPED:
-                            counts[outcome] += 1
+                for env in _missing_from(listing.spaces):
+                    beat.check()
+                    outcome = _guarded(lambda env=env: _withdraw_if_gone(client, env), env.repo_id, env)
+                    if outcome in (NEW, UPDATED, UNCHANGED):  # still there: the listing just did not show it
+                        counts["found"] += 1
+                    if outcome != SKIPPED:
+                        counts[outcome] += 1
         except SyncTakenOver as exc:
             messages.append(f"Stopped early: {exc}; another sync may have started.")
         except Exception as exc:
             _sync_run_finish(run, counts, messages=[*messages, f"The sync failed: {type(exc).__name__}: {exc}"])
             raise
     return _sync_run_finish(run, counts, messages=messages)
+
+
+# Known environments are compared with the listing this many at a time.
+SYNC_CHUNK = 1000
+# What a sync needs of a known environment; the head's big columns (README, manifest) are never loaded.
+_SYNC_FIELDS = ("id", "key", "source", "owner", "name", "status", "head_id", "head__sha", "likes", "runtime_stage",
+                "hub_last_modified", "head_observed_at")
+
+
+def _spaces_to_read(spaces: dict[str, SpaceFacts], counts: Counter, beat: Heartbeat):
+    """The listed Spaces whose head is not indexed yet, with their environment (None when new).
+
+    The rest only get their live facts refreshed, a chunk per transaction, here.
+    """
+    keys = list(spaces)
+    for start in range(0, len(keys), SYNC_CHUNK):
+        beat.check()
+        chunk = keys[start:start + SYNC_CHUNK]
+        known = {env.key: env for env in Environment.objects.filter(key__in=chunk, source=Environment.Source.HUGGINGFACE)
+                 .select_related("head").only(*_SYNC_FIELDS)}
+        unchanged: list[tuple[Environment, SpaceFacts]] = []
+        for key in chunk:
+            env, space = known.get(key), spaces[key]
+            if _is_current(env, space):
+                unchanged.append((env, space))
+            else:
+                yield space, env
+        _live_facts_refresh(unchanged)
+        counts[UNCHANGED] += len(unchanged)
+
+
+def _missing_from(spaces: dict[str, SpaceFacts]):
+    """Active Hub environments the listing did not show."""
+    active = (Environment.objects.filter(source=Environment.Source.HUGGINGFACE, status=Environment.Status.ACTIVE)
+              .order_by("pk").values_list("pk", "key"))
+    missing = [pk for pk, key in active.iterator(chunk_size=SYNC_CHUNK) if key not in spaces]
+    for start in range(0, len(missing), SYNC_CHUNK):
+        yield from Environment.objects.filter(pk__in=missing[start:start + SYNC_CHUNK]).select_related("head").order_by("pk")
 
 
 def _index_guarded(client: HubClient, space: SpaceFacts, env: Environment | None) -> str:

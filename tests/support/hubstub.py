@@ -373,6 +373,8 @@ class RecordedRequest:
     headers: dict[str, str]
     status: int | None = None
     injected: bool = False
+    received_at: float = 0.0  # time.monotonic() when the request arrived
+    in_flight: int = 0  # requests of its kind being answered when it arrived, itself included
 
 
 @dataclass
@@ -495,6 +497,7 @@ class HubStub:
         self._tokens: dict[str, dict] = {}
         self._size_lies: dict[tuple[str, str], int] = {}
         self._requests: list[RecordedRequest] = []
+        self._in_flight: dict[str, int] = {}  # route kind -> requests being answered
         self._injections: list[Injection] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -933,6 +936,10 @@ class HubStub:
         with self._lock:
             return list(self._requests)
 
+    def max_in_flight(self, kind: str) -> int:
+        """The most requests of a route kind that were being answered at once."""
+        return max((r.in_flight for r in self.requests if r.kind == kind), default=0)
+
     def reset_requests(self) -> None:
         with self._lock:
             self._requests.clear()
@@ -1062,6 +1069,7 @@ class HubStub:
     # ------------------------------------------------------------------ internals: HTTP
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
+        received_at = time.monotonic()
         method = handler.command
         split = urlsplit(handler.path)
         pairs = parse_qsl(split.query, keep_blank_values=True)
@@ -1081,8 +1089,10 @@ class HubStub:
             kind=kind,
             repo_id=repo_id,
             headers={k.lower(): v for k, v in handler.headers.items()},
+            received_at=received_at,
         )
         with self._lock:
+            self._in_flight[kind] = record.in_flight = self._in_flight.get(kind, 0) + 1
             injection = next((i for i in self._injections if i.matches(record)), None)
             if injection is not None:
                 injection.hits += 1
@@ -1103,6 +1113,7 @@ class HubStub:
         record.injected = injection is not None
         with self._lock:
             self._requests.append(record)
+            self._in_flight[kind] -= 1
         self._send(handler, method, response)
 
     @staticmethod
