@@ -24,12 +24,62 @@ def synthetic_files(i: int) -> dict[str, bytes]:
     }
 
 
+class StubProcess:
+    """The Hub stand-in serving N synthetic Spaces from a child process, as the real Hub serves from elsewhere:
+    its CPU and its memory are not the indexer's. Asked for its request counts over a pipe."""
+
+    def __init__(self, n: int) -> None:
+        import multiprocessing
+
+        from django.db import connections
+
+        connections.close_all()  # the child must not share the parent's database sockets
+        self.conn, child = multiprocessing.Pipe()
+        self.proc = multiprocessing.get_context("fork").Process(target=self._serve, args=(n, child), daemon=True)
+        self.proc.start()
+        self.url = self.conn.recv()
+
+    @staticmethod
+    def _serve(n: int, conn) -> None:
+        import os
+
+        from tests.support.hubstub import HubStub
+
+        try:
+            stub = HubStub(page_size=100)
+            for i in range(n):
+                stub.put_space(f"bench/env_{i:05d}", synthetic_files(i), tags=["openenv", "docker"],
+                               card_data={"title": f"env_{i:05d}", "sdk": "docker", "tags": ["openenv"]})
+            stub.start()
+            conn.send(stub.url)
+            while (command := conn.recv()) != "stop":
+                if command == "reset":
+                    stub.reset_requests()
+                    conn.send(None)
+                else:
+                    conn.send(stub.count(*command[1:]))
+            stub.stop()
+        finally:
+            os._exit(0)  # no interpreter teardown in a forked child
+
+    def count(self, kind: str | None = None) -> int:
+        self.conn.send(("count", kind))
+        return self.conn.recv()
+
+    def reset_requests(self) -> None:
+        self.conn.send("reset")
+        self.conn.recv()
+
+    def stop(self) -> None:
+        self.conn.send("stop")
+        self.proc.join(timeout=30)
+
+
 def run(n: int) -> dict:
     from django.conf import settings
 
     from registry import services
     from registry.models import Environment, IndexProblem, Revision, SyncRun
-    from tests.support.hubstub import HubStub
 
     for model in (IndexProblem,):
         model.objects.all().delete()
@@ -38,29 +88,29 @@ def run(n: int) -> dict:
     Environment.objects.all().delete()
     SyncRun.objects.all().delete()
 
-    with HubStub(page_size=100) as stub, tempfile.TemporaryDirectory() as cache:
-        for i in range(n):
-            stub.put_space(f"bench/env_{i:05d}", synthetic_files(i), tags=["openenv", "docker"],
-                           card_data={"title": f"env_{i:05d}", "sdk": "docker", "tags": ["openenv"]})
-        settings.HF_ENDPOINT = stub.url
-        settings.HF_CACHE_DIR = Path(cache)
-        stub.reset_requests()
-        gc.collect()
-        rss_before = rss_mib()
-        t0 = time.perf_counter()
-        first = services.hub_sync().run
-        first_s = time.perf_counter() - t0
-        first_requests = stub.count()
-        peak_growth = peak_rss_mib() - rss_before
-        assert first.new == n and first.errors == 0, str(first.__dict__)
+    stub = StubProcess(n)
+    try:
+        with tempfile.TemporaryDirectory() as cache:
+            settings.HF_ENDPOINT = stub.url
+            settings.HF_CACHE_DIR = Path(cache)
+            gc.collect()
+            rss_before = rss_mib()
+            t0 = time.perf_counter()
+            first = services.hub_sync().run
+            first_s = time.perf_counter() - t0
+            first_requests = stub.count()
+            peak_growth = peak_rss_mib() - rss_before
+            assert first.new == n and first.errors == 0, str(first.__dict__)
 
-        stub.reset_requests()
-        t0 = time.perf_counter()
-        second = services.hub_sync().run
-        second_s = time.perf_counter() - t0
-        second_requests = stub.count()
-        assert second.unchanged == n and second.new == 0
-        downloads = stub.count("resolve")
+            stub.reset_requests()
+            t0 = time.perf_counter()
+            second = services.hub_sync().run
+            second_s = time.perf_counter() - t0
+            second_requests = stub.count()
+            assert second.unchanged == n and second.new == 0
+            downloads = stub.count("resolve")
+    finally:
+        stub.stop()
     return {
         "n": n, "first_s": first_s, "first_req_per_env": first_requests / n,
         "second_s": second_s, "second_req_per_env": second_requests / n, "second_downloads": downloads,
@@ -71,7 +121,10 @@ def run(n: int) -> dict:
 def main(argv: list[str]) -> None:
     sizes = [int(a) for a in argv] or [1000, 10000]
     setup_django("openenv_hub_bench")
-    print(f"database: {engine()}; python {sys.version.split()[0]}")
+    from django.conf import settings
+
+    print(f"database: {engine()}; python {sys.version.split()[0]}; HUB_SYNC_CONCURRENCY={settings.HUB_SYNC_CONCURRENCY}; "
+          "the stand-in serves from a child process")
     print(f"{'N':>7} {'first sync':>11} {'req/env':>8} {'no-op sync':>11} {'req/env':>8} {'downloads':>9} {'peak RSS +':>11}")
     for n in sizes:
         r = run(n)

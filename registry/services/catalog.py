@@ -51,17 +51,24 @@ def _finished(environment_id: int):
     return ValidationRun.objects.filter(environment_id=environment_id, state=ValidationRun.State.FINISHED)
 
 
-def environment_catalog_refresh(*, environment_id: int) -> None:
-    """Recompute the catalog summary of one environment from its head and its finished runs."""
+def environment_catalog_refresh(*, environment_id: int, locked: Environment | None = None, new: bool = False) -> None:
+    """Recompute the catalog summary of one environment from its head and its finished runs.
+
+    `locked`: the environment, already locked by the caller's transaction with its head set (the indexer
+    holds it while it records a revision), so that it is not read again. `new`: it was created in that
+    transaction, so it has no runs and no tags to look up.
+    """
     with transaction.atomic(savepoint=False):  # a caller's failure or ours rolls back the whole write anyway
-        env = Environment.objects.select_for_update(of=("self",)).select_related("head").get(pk=environment_id)
+        env = locked or (Environment.objects.select_for_update(of=("self",)).select_related("head")
+                         .defer("head__readme_raw", "head__manifest_raw", "head__files").get(pk=environment_id))
         head = env.head
         runs = _finished(env.pk).defer("observed")
-        verdict = (runs.annotate(on_head=Case(When(revision_id=env.head_id, then=Value(0)), default=Value(1)))
-                   .order_by("on_head", "-finished_at", "-id").first())
+        verdict = None if new else (
+            runs.annotate(on_head=Case(When(revision_id=env.head_id, then=Value(0)), default=Value(1)))
+            .order_by("on_head", "-finished_at", "-id").first())
         # A yanked revision is never the last known good: its owners said not to use it.
-        good = (runs.filter(outcome=ValidationRun.Outcome.PASS, revision__yank__isnull=True)
-                .order_by("-finished_at", "-id").first())
+        good = None if new else (runs.filter(outcome=ValidationRun.Outcome.PASS, revision__yank__isnull=True)
+                                 .order_by("-finished_at", "-id").first())
         report = verdict.report if verdict else None
         episode = _measured(good.report if good else None, "hub.ws_episode")
         p50 = (episode.get("step_latency_s") or {}).get("p50") if isinstance(episode.get("step_latency_s"), dict) else None
@@ -79,7 +86,8 @@ def environment_catalog_refresh(*, environment_id: int) -> None:
             changed_at=timezone.now(),
         )
         tags = sorted(set(display_tags(head.tags if head else [])))[:100]
-        EnvironmentTag.objects.filter(environment_id=env.pk).exclude(tag__in=tags).delete()
+        if not new:
+            EnvironmentTag.objects.filter(environment_id=env.pk).exclude(tag__in=tags).delete()
         EnvironmentTag.objects.bulk_create([EnvironmentTag(environment_id=env.pk, tag=t[:100]) for t in tags],
                                            ignore_conflicts=True)
         if connection.vendor == "postgresql":

@@ -107,10 +107,13 @@ def _problems_resolve_except_head(environment: Environment) -> None:
 # --- environments and revisions -----------------------------------------------------------------------
 
 
-def environment_get_or_create(*, source: str, owner: str, name: str) -> tuple[Environment, bool]:
-    """The environment for owner/name (case-insensitive), created active if new."""
+def environment_get_or_create(*, source: str, owner: str, name: str, known_new: bool = False) -> tuple[Environment, bool]:
+    """The environment for owner/name (case-insensitive), created active if new.
+
+    `known_new`: the caller just looked and found none (a sync's chunk), so the insert is tried first.
+    """
     key = environment_key(owner, name)
-    env = Environment.objects.filter(key=key).first()
+    env = None if known_new else Environment.objects.filter(key=key).first()
     if env:
         return env, False
     try:
@@ -179,9 +182,17 @@ def _environment_reactivate(environment: Environment) -> None:
         environment.status_changed_at = timezone.now()
 
 
+# What recording a revision may change on its environment.
+_RECORDED_FIELDS = ("head", "status", "status_reason", "status_changed_at", "updated_at", "changed_at",
+                    "head_observed_at", "likes", "runtime_stage", "hub_last_modified", "last_seen_at")
+
+
 def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFacts, files: list[dict],
-                    space: SpaceFacts | None = None) -> tuple[Revision, bool]:
+                    space: SpaceFacts | None = None, new_environment: bool = False) -> tuple[Revision, bool]:
     """Store what was read at `sha` as an immutable revision and make it head. Returns (revision, created).
+
+    `new_environment`: the environment was created in the caller's transaction, so it has no revision,
+    problem, run or tag yet, and nothing needs to be looked up or cleared.
 
     The head only moves on fresher news: facts the Hub gave before the environment was last
     written (a slow writer racing a webhook or a newer sync) are stored but do not move head.
@@ -189,7 +200,7 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
     """
     with transaction.atomic(savepoint=False):  # any failure here rolls back the caller's write too
         env = Environment.objects.select_for_update().get(pk=environment.pk)
-        revision = Revision.objects.filter(environment=env, sha=sha).first()
+        revision = None if new_environment else Revision.objects.filter(environment=env, sha=sha).first()
         created = revision is None
         if created:
             revision = Revision.objects.create(
@@ -229,10 +240,11 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
                 env.likes, env.runtime_stage = space.likes, space.runtime_stage
                 env.hub_last_modified = space.last_modified
         env.last_seen_at = timezone.now()
-        env.save()
-        _problems_resolve_except_head(env)
+        env.save(update_fields=_RECORDED_FIELDS)
+        if not new_environment:
+            _problems_resolve_except_head(env)
         if created or head_moved:
-            environment_catalog_refresh(environment_id=env.pk)
+            environment_catalog_refresh(environment_id=env.pk, locked=env, new=new_environment)
         if head_moved and settings.HUB_VALIDATE_NEW_REVISIONS:
             validation_run_request(revision=revision, trigger="new_revision")
     if created:
@@ -308,10 +320,12 @@ def space_index(*, client: HubClient, space: SpaceFacts, environment: Environmen
         return SKIPPED
     files = [{"path": p, "size": s} for p, s in sorted(space.files.items())[:MAX_LISTED_FILES]]
     with transaction.atomic():  # one commit for a new environment and its first revision
+        created = False
         if environment is None:
-            environment, _ = environment_get_or_create(
-                source=Environment.Source.HUGGINGFACE, owner=space.owner, name=space.name)
-        revision_record(environment=environment, sha=space.sha, facts=facts, files=files, space=space)
+            environment, created = environment_get_or_create(
+                source=Environment.Source.HUGGINGFACE, owner=space.owner, name=space.name, known_new=True)
+        revision_record(environment=environment, sha=space.sha, facts=facts, files=files, space=space,
+                        new_environment=created)
     return NEW if is_new else UPDATED
 
 
