@@ -1,11 +1,15 @@
 """make bench-index: index N synthetic Spaces from the Hub stand-in and report time, requests and memory.
 
 Usage: python -m bench.bench_index [N ...]   (default: 1000 10000)
+
+BENCH_HUB_LATENCY_MS=50 makes the stand-in answer every request that much later, as a remote Hub would;
+HUB_SYNC_CONCURRENCY sets the sync's fan-out (default 8).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import tempfile
 import time
@@ -28,19 +32,20 @@ class StubProcess:
     """The Hub stand-in serving N synthetic Spaces from a child process, as the real Hub serves from elsewhere:
     its CPU and its memory are not the indexer's. Asked for its request counts over a pipe."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, latency_s: float = 0.0) -> None:
         import multiprocessing
 
         from django.db import connections
 
         connections.close_all()  # the child must not share the parent's database sockets
         self.conn, child = multiprocessing.Pipe()
-        self.proc = multiprocessing.get_context("fork").Process(target=self._serve, args=(n, child), daemon=True)
+        self.proc = multiprocessing.get_context("fork").Process(target=self._serve, args=(n, latency_s, child),
+                                                                 daemon=True)
         self.proc.start()
         self.url = self.conn.recv()
 
     @staticmethod
-    def _serve(n: int, conn) -> None:
+    def _serve(n: int, latency_s: float, conn) -> None:
         import os
 
         from tests.support.hubstub import HubStub
@@ -50,6 +55,8 @@ class StubProcess:
             for i in range(n):
                 stub.put_space(f"bench/env_{i:05d}", synthetic_files(i), tags=["openenv", "docker"],
                                card_data={"title": f"env_{i:05d}", "sdk": "docker", "tags": ["openenv"]})
+            if latency_s:
+                stub.inject(lambda request: True, status=None, times=None, delay=latency_s)
             stub.start()
             conn.send(stub.url)
             while (command := conn.recv()) != "stop":
@@ -88,7 +95,7 @@ def run(n: int) -> dict:
     Environment.objects.all().delete()
     SyncRun.objects.all().delete()
 
-    stub = StubProcess(n)
+    stub = StubProcess(n, latency_s=float(os.environ.get("BENCH_HUB_LATENCY_MS") or 0) / 1000)
     try:
         with tempfile.TemporaryDirectory() as cache:
             settings.HF_ENDPOINT = stub.url
@@ -124,7 +131,7 @@ def main(argv: list[str]) -> None:
     from django.conf import settings
 
     print(f"database: {engine()}; python {sys.version.split()[0]}; HUB_SYNC_CONCURRENCY={settings.HUB_SYNC_CONCURRENCY}; "
-          "the stand-in serves from a child process")
+          f"the stand-in serves from a child process, {os.environ.get('BENCH_HUB_LATENCY_MS') or 0} ms late")
     print(f"{'N':>7} {'first sync':>11} {'req/env':>8} {'no-op sync':>11} {'req/env':>8} {'downloads':>9} {'peak RSS +':>11}")
     for n in sizes:
         r = run(n)

@@ -192,14 +192,16 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
     """Store what was read at `sha` as an immutable revision and make it head. Returns (revision, created).
 
     `new_environment`: the environment was created in the caller's transaction, so it has no revision,
-    problem, run or tag yet, and nothing needs to be looked up or cleared.
+    problem, run or tag yet, and nothing needs to be looked up, locked or cleared. Otherwise `environment`
+    is read again once the revision is recorded.
 
     The head only moves on fresher news: facts the Hub gave before the environment was last
     written (a slow writer racing a webhook or a newer sync) are stored but do not move head.
     A Space reset to a sha indexed before is fresh news, and moves head back to it.
     """
     with transaction.atomic(savepoint=False):  # any failure here rolls back the caller's write too
-        env = Environment.objects.select_for_update().get(pk=environment.pk)
+        # A row this transaction inserted is invisible to others and its key is held by our insert: no lock needed.
+        env = environment if new_environment else Environment.objects.select_for_update().get(pk=environment.pk)
         revision = None if new_environment else Revision.objects.filter(environment=env, sha=sha).first()
         created = revision is None
         if created:
@@ -249,7 +251,8 @@ def revision_record(*, environment: Environment, sha: str, facts: mf.PackageFact
             validation_run_request(revision=revision, trigger="new_revision")
     if created:
         revision_readme_html(revision_id=revision.pk, revision=revision)  # now, so that no reader waits for it
-    environment.refresh_from_db()
+    if not new_environment:  # a new one is the object written above, except for its catalog summary
+        environment.refresh_from_db()
     return revision, created
 
 
