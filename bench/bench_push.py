@@ -57,12 +57,16 @@ def main(argv: list[str]) -> int:
     n = int(argv[0]) if argv else 10
     setup_django("openenv_hub_bench_push")  # and DATABASE_URL names it, for the hub's processes too
     from registry.models import Revision, ValidationRun, WebhookDelivery
-    from tests.support.envserver import SANDBOX_PYTHON, EnvServer, free_port, openenv_venv
+    from tests.support.envserver import EnvServer, free_port, interpreter, openenv_venv
     from tests.support.hubstub import HubStub
+
+    python, why = interpreter()  # openenv 0.10.0, from the sandbox's cached venv (built on first use)
+    if python is None:
+        raise SystemExit(f"no Python with openenv to run the Space: {why}")
 
     var = Path(tempfile.mkdtemp(prefix="bench-push-"))
     port = free_port()
-    with HubStub() as stub, EnvServer(ECHO, python=SANDBOX_PYTHON) as space:
+    with HubStub() as stub, EnvServer(ECHO, python=python) as space:
         space.wait_ready()
         stub.put_space(REPO_ID, package_files(0))
         stub.update_space(REPO_ID, host=space.base_url)
