@@ -434,9 +434,27 @@ HUB_SANDBOX_DISK_MB = env_int("HUB_SANDBOX_DISK_MB", 1024)
 HUB_SANDBOX_CPU_S = env_int("HUB_SANDBOX_CPU_S", 300)
 HUB_SANDBOX_STARTUP_S = env_float("HUB_SANDBOX_STARTUP_S", 120.0)
 
-CELERY_TASK_ROUTES = {"registry.validate_run": {"queue": "validation"}}
+# Evaluations (leaderboards): a baseline of the reference policies after every pass, models on request.
+HUB_EVAL_BASELINE = env_bool("HUB_EVAL_BASELINE", True)
+HUB_EVAL_BASELINE_EPISODES = env_int("HUB_EVAL_BASELINE_EPISODES", 20)
+# Each episode of a hub-run evaluation stops after this many steps and this many seconds.
+HUB_EVAL_MAX_STEPS = env_int("HUB_EVAL_MAX_STEPS", 50)
+HUB_EVAL_EPISODE_S = env_float("HUB_EVAL_EPISODE_S", 30.0)
+HUB_EVAL_SOFT_LIMIT_S = env_int("HUB_EVAL_SOFT_LIMIT_S", 1200)
+HUB_EVAL_HARD_LIMIT_S = HUB_EVAL_SOFT_LIMIT_S + 60
+# Models are evaluated through this OpenAI-compatible chat endpoint (a local vLLM or llama.cpp server, …);
+# without it, model evaluations are refused. The key is sent to that endpoint only.
+HUB_EVAL_OPENAI_BASE_URL = env_str("HUB_EVAL_OPENAI_BASE_URL")
+HUB_EVAL_OPENAI_API_KEY = env_str("HUB_EVAL_OPENAI_API_KEY")
+HUB_EVAL_MAX_TOKENS = env_int("HUB_EVAL_MAX_TOKENS", 512)
+# Self-reported and imported results: at most this many episodes and bytes.
+HUB_EVAL_MAX_EPISODES = env_int("HUB_EVAL_MAX_EPISODES", 10_000)
+HUB_EVAL_MAX_BYTES = env_int("HUB_EVAL_MAX_BYTES", 8 * 1024 * 1024)
+
+CELERY_TASK_ROUTES = {"registry.validate_run": {"queue": "validation"}, "registry.evaluate_run": {"queue": "evaluation"}}
 CELERY_BEAT_SCHEDULE = {
     "sync-hub": {"task": "registry.sync_hub", "schedule": float(HUB_SYNC_INTERVAL_S)},
     "validation-reap": {"task": "registry.validation_reap", "schedule": 30.0},
+    "evaluation-reap": {"task": "registry.evaluation_reap", "schedule": 30.0},
     "validation-reprobe": {"task": "registry.validation_reprobe", "schedule": 3600.0},
 }

@@ -198,6 +198,31 @@ def version_badge(subject: Subject | None, *, label: str = "") -> Badge:
     return Badge(label, f"{name} (yanked)", "orange") if subject.yanked else Badge(label, name, "blue")
 
 
+@dataclass(frozen=True)
+class Score:
+    """An evaluation result a score badge shows: whose, its mean reward and its 95% interval (None: one episode)."""
+
+    agent: str
+    mean: float
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+def _num(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def score_badge(score: Score | None, *, label: str = "") -> Badge:
+    """The mean reward ± half its 95% interval and the agent ("0.62 ±0.05 random"); "no results" in grey."""
+    label = label or "score"
+    if score is None:
+        return Badge(label, "no results", "lightgrey")
+    text = _num(score.mean)
+    if score.ci_low is not None and score.ci_high is not None and score.ci_high > score.ci_low:
+        text += f" ±{_num((score.ci_high - score.ci_low) / 2)}"
+    return Badge(label, f"{text} {score.agent}", "blue")
+
+
 # Every badge by name, in the order a page shows them.
 BADGES: dict[str, Callable[..., Badge]] = {"conformance": conformance_badge, "version": version_badge}
 

@@ -53,7 +53,8 @@ def summarize(rewards: list[float] | tuple[float, ...]) -> Summary:
     mean = math.fsum(values) / n
     if n == 1:
         return Summary(1, mean, None, None, None, None, "none")
-    std = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    # Identical rewards have no spread at all (not the rounding noise of their mean).
+    std = 0.0 if min(values) == max(values) else math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
     sem = std / math.sqrt(n)
     if n < BOOTSTRAP_BELOW:
         low, high = bootstrap_interval(values)

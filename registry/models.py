@@ -383,6 +383,9 @@ class ValidationRun(models.Model):
         null=True, blank=True,
         help_text="What the server showed besides the report: its schemas, MCP tools and an episode transcript.")
     failing_checks = models.JSONField(default=list, help_text="check ids that failed or errored (from the report).")
+    schema_digest = models.CharField(
+        max_length=64, blank=True,
+        help_text="sha256 of the action and observation schemas the server showed (empty when it showed none).")
 
     class Meta:
         ordering = ["-queued_at", "-id"]
@@ -561,3 +564,129 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action or '?'} {self.repo_name or '?'} ({self.status})"
+
+
+class EvaluationRun(models.Model):
+    """One hub-run evaluation job of one revision: a baseline of the reference policies (with the semantic checks),
+    or a model played through an OpenAI-compatible endpoint.
+
+    The same state machine as ValidationRun (registry.services.runs): queued → running → finished | cancelled by
+    compare-and-set, attempts fencing every write, `sent_at` set once the broker took the message, reaped when its
+    heartbeat stops. At most one live run per revision, kind and subject.
+    """
+
+    class Kind(models.TextChoices):
+        BASELINE = "baseline", "Baseline (reference policies)"
+        MODEL = "model", "Model (OpenAI-compatible endpoint)"
+
+    class Outcome(models.TextChoices):
+        DONE = "done", "Done"
+        ERROR = "error", "Error"
+
+    State = ValidationRun.State
+    Trigger = ValidationRun.Trigger
+    LIVE_STATES = ValidationRun.LIVE_STATES
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="evaluation_runs")
+    revision = models.ForeignKey(Revision, on_delete=models.PROTECT, related_name="evaluation_runs")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    subject = models.CharField(max_length=200, blank=True, help_text="The model's name; empty for a baseline.")
+    params = models.JSONField(default=dict, blank=True, help_text="Episodes, seeds and bounds the run was asked for.")
+    trigger = models.CharField(max_length=16, choices=ValidationRun.Trigger.choices)
+    requested_by = models.ForeignKey(
+        "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="evaluation_runs")
+    requested_by_hub = models.CharField(max_length=96, blank=True)
+    target_url = models.CharField(max_length=500, blank=True)
+
+    state = models.CharField(max_length=16, choices=ValidationRun.State.choices, default=ValidationRun.State.QUEUED)
+    outcome = models.CharField(max_length=16, choices=Outcome.choices, null=True, blank=True)
+    reason = models.TextField(blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    worker = models.CharField(max_length=200, blank=True)
+    queued_at = models.DateTimeField(auto_now_add=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    report = models.JSONField(null=True, blank=True, help_text="The semantic checks (report-v2 check results), notes.")
+
+    class Meta:
+        ordering = ["-queued_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["revision", "kind", "subject"], condition=Q(state__in=["queued", "running"]),
+                                    name="evaluationrun_one_live"),
+            models.CheckConstraint(condition=Q(state__in=["queued", "running", "finished", "cancelled"]),
+                                   name="evaluationrun_state_valid"),
+            models.CheckConstraint(
+                condition=(Q(state="finished", outcome__isnull=False, finished_at__isnull=False)
+                           | (~Q(state="finished") & Q(outcome__isnull=True))),
+                name="evaluationrun_outcome_iff_finished"),
+        ]
+        indexes = [models.Index(fields=["state", "heartbeat_at"], name="evaluationrun_state_heartbeat")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} evaluation #{self.pk} of {self.revision} ({self.state})"
+
+
+class Evaluation(models.Model):
+    """Episodes one agent played against one revision, and what they scored, with where the numbers came from.
+
+    The statistics are the hub's, computed from the episodes (registry.evalstats); submitted aggregates are
+    checked against them, never stored instead. The hub never changes a row once written; a result goes stale (hidden, not
+    deleted) when head moves to a revision whose schemas or verdict differ from `schema_digest` / `verdict`.
+    """
+
+    class Provenance(models.TextChoices):
+        HUB_RUN = "hub_run", "Hub-run"
+        IMPORTED = "imported", "Imported"
+        SELF_REPORTED = "self_reported", "Self-reported"
+
+    class AgentKind(models.TextChoices):
+        POLICY = "policy", "Policy"
+        MODEL = "model", "Model"
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="evaluations")
+    revision = models.ForeignKey(Revision, on_delete=models.PROTECT, related_name="evaluations")
+    provenance = models.CharField(max_length=16, choices=Provenance.choices)
+    run = models.ForeignKey(EvaluationRun, null=True, blank=True, on_delete=models.PROTECT, related_name="evaluations")
+    agent = models.CharField(max_length=200)
+    agent_kind = models.CharField(max_length=16, choices=AgentKind.choices)
+    agent_revision = models.CharField(max_length=64, blank=True)
+    harness = models.CharField(max_length=200)
+    harness_version = models.CharField(max_length=64, blank=True)
+    client_version = models.CharField(max_length=64, blank=True)
+    episodes = models.JSONField(help_text="One object per episode: seed, reward, steps, ended, wall_s, success, …")
+    episode_count = models.PositiveIntegerField()
+    seeds = models.JSONField(default=list)
+    mean = models.FloatField()
+    std = models.FloatField(null=True, blank=True, help_text="Sample standard deviation; none for one episode.")
+    stderr = models.FloatField(null=True, blank=True)
+    ci_low = models.FloatField(null=True, blank=True, help_text="95% interval of the mean.")
+    ci_high = models.FloatField(null=True, blank=True)
+    ci_method = models.CharField(max_length=16, help_text="t (Student's t), bootstrap (under 10 episodes) or none.")
+    wall_s = models.FloatField(default=0.0)
+    success_rate = models.FloatField(null=True, blank=True)
+    submitted_by = models.CharField(max_length=200, help_text="hf:<account>, staff:<user>, or hub for its own runs.")
+    source = models.JSONField(default=dict, blank=True,
+                              help_text="Where it came from: the dataset and its revision and how the environment "
+                                        "was matched, the submission's config, or the hub's run.")
+    notes = models.JSONField(default=list, blank=True)
+    idempotency_key = models.CharField(max_length=128, null=True, blank=True)
+    schema_digest = models.CharField(max_length=64, blank=True, help_text="The revision's schemas when measured.")
+    verdict = models.CharField(max_length=16, blank=True, help_text="The revision's verdict when measured.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["-mean", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["environment", "idempotency_key"], name="evaluation_idempotency",
+                                    condition=Q(idempotency_key__isnull=False)),
+        ]
+        indexes = [
+            models.Index(fields=["environment", "-mean"], name="evaluation_env_mean"),
+            models.Index(fields=["agent"], name="evaluation_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent} on {self.revision} ({self.provenance}, {self.mean:.3f})"

@@ -153,3 +153,33 @@ def tool_views(tools: Any) -> list[ToolView]:
         out.append(ToolView(name=_text(tool["name"], 100), description=_text(tool.get("description", ""), 600),
                             parameters=schema_rows(schema)))
     return out[:100]
+
+
+@dataclass
+class IntervalBar:
+    """Where one result's mean and 95% interval fall on a leaderboard's shared axis, in SVG user units."""
+
+    mean_x: float
+    low_x: float | None
+    high_x: float | None
+    label: str  # the same in words: the SVG's accessible name
+
+
+def interval_bars(rows: list, *, width: float = 200.0, pad: float = 6.0) -> list[IntervalBar]:
+    """Each row's mean and interval on one axis spanning every row's interval (or mean, without one), so the
+    bars compare at a glance; a degenerate axis (all equal) puts everything in the middle."""
+    values = [v for r in rows for v in (r.mean, r.ci_low, r.ci_high) if v is not None]
+    low, high = (min(values), max(values)) if values else (0.0, 1.0)
+    span = high - low
+
+    def x(value: float) -> float:
+        return round(width / 2 if span <= 0 else pad + (value - low) / span * (width - 2 * pad), 2)
+
+    bars = []
+    for r in rows:
+        if r.ci_low is not None and r.ci_high is not None:
+            label = f"mean {r.mean:.4g}, 95% interval {r.ci_low:.4g} to {r.ci_high:.4g}"
+            bars.append(IntervalBar(x(r.mean), x(r.ci_low), x(r.ci_high), label))
+        else:
+            bars.append(IntervalBar(x(r.mean), None, None, f"mean {r.mean:.4g}, no interval (one episode)"))
+    return bars

@@ -16,13 +16,14 @@ The caller decides what binds the code served to the revision (`hub.immutable_ve
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from registry import conformance, sandbox
 from registry import manifest as mf
-from registry.conformance import CheckResult, ProbeConfig, ProbeTarget
+from registry.conformance import CheckResult, ProbeClient, ProbeConfig, ProbeTarget
 
 # How hub.immutable_versioning binds a local folder to its revision.
 FOLDER_DIGEST = "content digest of the folder at probe time"
@@ -181,6 +182,35 @@ def _note_isolation(result: RunResult, server: sandbox.RunningServer) -> RunResu
         if check["check_id"] == "runtime.startup":
             check["measured"]["sandbox_isolation"] = list(server.isolation)
     return result
+
+
+class ServeFailed(Exception):
+    """The package could not be served in the sandbox; the message says why (for a run's reason)."""
+
+
+@contextmanager
+def serving(folder: Path, package: Package, *, config: sandbox.SandboxConfig, budgets: Budgets) -> Iterator[ProbeClient]:
+    """Serve `folder`'s app in the sandbox (as `run_in_sandbox` does) and yield a client of it; always torn down.
+
+    For work other than a validation (evaluation episodes). Raises IndexUnreachable when the package index
+    could not be reached, ServeFailed when the package cannot be installed or started.
+    """
+    limits = budgets.sandbox_limits()
+    config.work_root.mkdir(parents=True, exist_ok=True)
+    try:
+        venv = sandbox.ensure_venv(sandbox.package_requirements(folder), config=config, limits=limits)
+    except sandbox.RequirementsError as exc:
+        raise ServeFailed(f"the package's requirements cannot be installed: {exc}") from exc
+    except sandbox.SandboxError as exc:
+        if any(marker in exc.log_tail for marker in _PIP_NETWORK_MARKERS):
+            raise IndexUnreachable(f"the package index could not be reached: {evidence(exc, 1)[-1]}") from exc
+        raise ServeFailed(f"installing the package failed: {evidence(exc, 1)[-1]}") from exc
+    try:
+        with sandbox.running_server(folder, venv=venv, app=package.app, config=config, limits=limits) as server:
+            with ProbeClient(server.base_url, allowed_hosts=(LOCAL_HOST,), uds=server.uds) as client:
+                yield client
+    except sandbox.SandboxError as exc:
+        raise ServeFailed(f"the server did not start: {evidence(exc, 1)[-1]}") from exc
 
 
 def run_in_sandbox(folder: Path, package: Package, *, source: dict, config: sandbox.SandboxConfig, budgets: Budgets,

@@ -22,14 +22,15 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from registry import conformance, probing, sandbox
-from registry.conformance import CheckResult, ProbeConfig, ProbeTarget
+from registry.conformance import CheckResult, ProbeClient, ProbeConfig, ProbeTarget
 from registry.hub import FileNotFound, HubClient, HubError, SpaceNotFound
 from registry.models import Environment, Revision, ValidationRun
 from registry.folders import local_package_digest
@@ -215,3 +216,52 @@ def validation_execute(run: ValidationRun, *, checkpoint: Callable[[str], None])
     logger.info("validation #%s: %s in %.1fs", run.pk, result.outcome or ("cancelled" if result.cancelled else "?"),
                 time.monotonic() - started)
     return result
+
+
+# --- evaluations -----------------------------------------------------------------------------------
+
+
+class Unavailable(Exception):
+    """The environment cannot be played now (gone, moved on, asleep, broken); the message says why."""
+
+
+@contextmanager
+def evaluation_client(run, checkpoint: Callable[[str], None]) -> Iterator[ProbeClient]:
+    """A client of the environment at `run.revision`, served as its validation was: the running Space (only
+    while it still serves that sha) or the package in the local sandbox. Raises Unavailable, NotReady or
+    TransientError as a validation would end."""
+    from registry.services.validation import default_runner
+
+    runner = (run.params or {}).get("runner") or default_runner(run.environment)
+    if runner == ValidationRun.Runner.LOCAL:
+        config = sandbox_config()
+        config.work_root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=config.work_root, prefix="evaluation-") as scratch:
+            folder, early, _ = _package_at_revision(run, Path(scratch))
+            if early:
+                raise Unavailable(early.reason)
+            checkpoint("sandbox.start")
+            try:
+                with probing.serving(folder, _package(run.revision), config=config, budgets=budgets()) as client:
+                    yield client
+            except probing.IndexUnreachable as exc:
+                raise TransientError(str(exc)) from exc
+            except probing.ServeFailed as exc:
+                raise Unavailable(str(exc)) from exc
+        return
+    env, revision = run.environment, run.revision
+    client = HubClient()
+    try:
+        space = client.space(env.repo_id)
+    except SpaceNotFound as exc:
+        raise Unavailable("The Space is gone from the Hub.") from exc
+    except HubError as exc:
+        raise TransientError(str(exc)) from exc
+    if space.sha != revision.sha:
+        raise Unavailable(f"The Space now serves {space.sha[:12]}, not this revision.")
+    if space.runtime_stage in TRANSITIONAL_STAGES:
+        raise NotReady(f"the Space is {space.runtime_stage}")
+    if space.runtime_stage in SLEEPING_STAGES or space.runtime_stage in BROKEN_STAGES:
+        raise Unavailable(f"The Space is {space.runtime_stage.lower()}; there is nothing to play.")
+    with ProbeClient(space.host, allowed_hosts=tuple(settings.HUB_PROBE_ALLOWED_HOSTS)) as probe_client:
+        yield probe_client

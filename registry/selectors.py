@@ -39,6 +39,7 @@ from django.urls import reverse
 
 from registry import badges, discovery
 from registry.models import (
+    Evaluation,
     Environment,
     EnvironmentAlias,
     EnvironmentTag,
@@ -301,10 +302,34 @@ def environment_cards(ids: list[int]) -> list[Environment]:
     return [found[pk] for pk in ids if pk in found]
 
 
+class _Counted:
+    """A catalog state's ordered matches whose number is already known: the paginator slices, never counts."""
+
+    def __init__(self, matches: QuerySet, count: int):
+        self.matches, self._count = matches, count
+
+    def count(self) -> int:
+        return self._count
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, index):
+        return self.matches[index]
+
+
+def catalog_count(query: CatalogQuery) -> int:
+    """How many environments a catalog state holds, from its (cached) facet counts: every environment has
+    exactly one verdict, so the verdict facet's counts, for the selected verdicts, add up to the total."""
+    counts = dict(_facet_counts_cached(query)["verdict"])
+    return sum(n for value, n in counts.items() if not query.verdict or value in query.verdict)
+
+
 def catalog_page(query: CatalogQuery, number, *, per_page: int) -> Page:
-    """One page of a catalog state: the matches are counted and sliced on the environment table alone, then only
-    that page's environments are loaded whole, so a page costs the same at ten or a hundred thousand."""
-    page = Paginator(catalog_matches(query), per_page).get_page(number)
+    """One page of a catalog state: the matches are sliced on the environment table alone and counted from the
+    facet counts the page shows anyway, then only that page's environments are loaded whole, so a page costs the
+    same at ten or a hundred thousand."""
+    page = Paginator(_Counted(catalog_matches(query), catalog_count(query)), per_page).get_page(number)
     page.object_list = environment_cards(list(page.object_list))
     return page
 
@@ -737,3 +762,85 @@ def catalog_snapshot(*, publisher: str, catalog_url: str, site_url: str, hub: st
             mcp_tools=tuple(t for t in env.mcp_tools or [] if isinstance(t, str)), imported=env.catalog_entry,
         ))
     return discovery.build_snapshot(publisher=publisher, catalog_url=catalog_url, environments=environments, hub=hub)
+
+
+# --- evaluations ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Leaderboard:
+    """An environment's results, best mean first: `rows` shown (stale ones only when asked), each with
+    `rank`, `stale` and `tied` (its interval overlaps the leader's); `hidden_stale` counts what is not shown."""
+
+    rows: list
+    leader: object | None
+    hidden_stale: int
+    revisions: list[str]
+
+
+def head_measure(environment: Environment) -> tuple[str, str] | None:
+    """What head's results are measured against: its schema digest and verdict (None while head has none)."""
+    if environment.head_id is None or environment.verdict_run_id is None:
+        return None
+    if Environment.verdict_run.is_cached(environment) and "schema_digest" in environment.verdict_run.__dict__:
+        run = environment.verdict_run  # loaded with the environment (its page, its API detail)
+        return (run.schema_digest, run.outcome) if run.revision_id == environment.head_id else None
+    run = (ValidationRun.objects.filter(pk=environment.verdict_run_id, revision_id=environment.head_id)
+           .values_list("schema_digest", "outcome").first())
+    return run
+
+
+def evaluation_is_stale(row: Evaluation, environment: Environment, head: tuple[str, str] | None) -> bool:
+    """Stale: head moved to a revision whose schemas or verdict differ from those the result was measured on.
+    While head has no verdict of its own nothing is judged stale yet."""
+    if row.revision_id == environment.head_id or head is None:
+        return False
+    return (row.schema_digest, row.verdict) != head
+
+
+def evaluations(*, environment: Environment, provenance: str | None = None, revision: str | None = None,
+                agent: str | None = None, include_stale: bool = False, episodes: bool = False) -> Leaderboard:
+    """The leaderboard: every result of the environment (at most a thousand), filtered, best mean first."""
+    qs = Evaluation.objects.filter(environment=environment).select_related("revision").only(
+        *[f.name for f in Evaluation._meta.concrete_fields if episodes or f.name != "episodes"],
+        "revision__sha", "revision__environment_id")
+    if provenance:
+        qs = qs.filter(provenance=provenance)
+    if revision:
+        qs = qs.filter(revision__sha__startswith=revision.lower())
+    if agent:
+        qs = qs.filter(agent=agent)
+    head = head_measure(environment)
+    rows, hidden = [], 0
+    for row in qs.order_by("-mean", "created_at", "id")[:1000]:
+        row.stale = evaluation_is_stale(row, environment, head)
+        if row.stale and not include_stale:
+            hidden += 1
+            continue
+        rows.append(row)
+    leader = next((r for r in rows if not r.stale), None)
+    for rank, row in enumerate(rows, 1):
+        row.rank = rank
+        row.tied = bool(leader is not None and row is not leader and row.ci_low is not None
+                        and leader.ci_low is not None and row.ci_high >= leader.ci_low and leader.ci_high >= row.ci_low)
+    revisions = sorted({r.revision.sha for r in rows})
+    return Leaderboard(rows=rows, leader=leader, hidden_stale=hidden, revisions=revisions)
+
+
+def evaluation_get(*, environment: Environment, evaluation_id: int) -> Evaluation | None:
+    row = Evaluation.objects.filter(environment=environment, pk=evaluation_id).select_related("revision", "run").first()
+    if row is not None:
+        row.stale = evaluation_is_stale(row, environment, head_measure(environment))
+    return row
+
+
+def model_results(*, agent: str) -> list[Evaluation]:
+    """One agent's results across environments (active ones), best first, without their episodes."""
+    return list(Evaluation.objects.filter(agent=agent, environment__status=Environment.Status.ACTIVE)
+                .select_related("environment", "revision").defer("episodes").order_by("-mean", "id")[:500])
+
+
+def evaluation_best(*, environment: Environment, agent: str | None = None) -> Evaluation | None:
+    """What the score badge shows: the given agent's best current result, or the leader."""
+    board = evaluations(environment=environment, agent=agent)
+    return board.leader

@@ -17,6 +17,12 @@ urlpatterns = [
     path("environments/<part:owner>/<part:name>/yank/", owner_views.revision_yank, name="revision-yank"),
     path("environments/<part:owner>/<part:name>/deprecation/", owner_views.deprecation, name="environment-deprecation"),
     path("environments/<part:owner>/<part:name>/refresh/", owner_views.refresh, name="environment-refresh"),
+    path("environments/<part:owner>/<part:name>/leaderboard/", views.leaderboard, name="leaderboard"),
+    path("environments/<part:owner>/<part:name>/evaluations/<int:evaluation_id>/", views.evaluation_detail,
+         name="evaluation"),
+    path("models/<path:agent>/", views.model_detail, name="model"),
+    *(path(f"badges/<part:owner>/<part:name>/score.{fmt}", views.score_badge, {"fmt": fmt}, name=f"badge-score-{fmt}")
+      for fmt in views.BADGE_CONTENT_TYPES),
     path("feeds/environments.atom", feeds.EnvironmentsFeed(), name="feed-environments"),
     path("feeds/verdicts.atom", feeds.VerdictsFeed(), name="feed-verdicts"),
     path("environments/<part:owner>/<part:name>/feed.atom", feeds.EnvironmentFeed(), name="feed-environment"),

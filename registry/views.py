@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import json
 import logging
+import re
 from urllib.parse import urlencode
 
 from django.conf import settings
@@ -26,7 +27,7 @@ from django.views.decorators.http import require_POST, require_safe
 
 from registry import badges, identity, presenters, selectors
 from registry.api.errors import envelope
-from registry.models import Environment, OwnerAction, Revision, SyncRun, ValidationRun, WebhookDelivery
+from registry.models import Environment, Evaluation, OwnerAction, Revision, SyncRun, ValidationRun, WebhookDelivery
 from registry.moved import EnvironmentMoved, moved_redirect
 from registry.pulls import pull_forms, pull_target
 from registry.services import validation, webhooks
@@ -171,7 +172,84 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
         "runs_api_url": settings.SITE_URL + reverse("api:validation-list", kwargs={"owner": env.owner, "name": env.name}),
         "badges": _badge_blocks(env),
     })
+    board = selectors.evaluations(environment=env)
+    context.update({"board": board, "board_rows": _board_rows(board.rows[:LEADERBOARD_ON_PAGE])})
     return render(request, "registry/environment.html", context)
+
+
+LEADERBOARD_ON_PAGE = 5
+
+
+def _board_rows(rows: list) -> list:
+    for row, bar in zip(rows, presenters.interval_bars(rows)):
+        row.bar = bar
+    return rows
+
+
+def _evaluation_filters(request: HttpRequest) -> tuple[dict, list[str]]:
+    """The leaderboard's filters from the query string; what is malformed is ignored and said."""
+    notes, get = [], request.GET
+    provenance = get.get("provenance", "")
+    if provenance and provenance not in Evaluation.Provenance.values:
+        notes.append(f"Unknown provenance {provenance[:40]!r}: showing every provenance.")
+        provenance = ""
+    revision = get.get("revision", "")
+    if revision and not re.fullmatch(r"[0-9a-fA-F]{4,64}", revision):
+        notes.append("A revision is a sha or a prefix of at least 4 hexadecimal characters: showing every revision.")
+        revision = ""
+    return ({"provenance": provenance or None, "revision": revision or None,
+             "include_stale": get.get("include_stale") in ("true", "1", "yes", "on")}, notes)
+
+
+@follows_moves
+def leaderboard(request: HttpRequest, owner: str, name: str) -> HttpResponse:
+    """Every result of the environment, ranked by mean with interval bars; stale rows hidden unless asked."""
+    env = environment_or_404(owner, name)
+    if (env.owner, env.name) != (owner, name):
+        return redirect(reverse("registry:leaderboard", kwargs={"owner": env.owner, "name": env.name}), permanent=True)
+    filters, notes = _evaluation_filters(request)
+    board = selectors.evaluations(environment=env, **filters)
+    _board_rows(board.rows)
+    return render(request, "registry/leaderboard.html", {
+        "env": env, "board": board, "filters": filters, "notes": notes,
+        "provenances": Evaluation.Provenance.choices,
+        "api_url": settings.SITE_URL + reverse("api:leaderboard", kwargs={"owner": env.owner, "name": env.name}),
+    })
+
+
+@follows_moves
+def evaluation_detail(request: HttpRequest, owner: str, name: str, evaluation_id: int) -> HttpResponse:
+    """One result: its statistics, its provenance and every episode."""
+    env = environment_or_404(owner, name)
+    row = selectors.evaluation_get(environment=env, evaluation_id=evaluation_id)
+    if row is None:
+        raise Http404("No such evaluation of this environment.")
+    return render(request, "registry/evaluation.html", {"env": env, "row": row, "hub": settings.HF_ENDPOINT})
+
+
+def model_detail(request: HttpRequest, agent: str) -> HttpResponse:
+    """One model's (or policy's) results across environments."""
+    rows = selectors.model_results(agent=agent)
+    heads: dict[int, tuple | None] = {}
+    for row in rows:
+        env = row.environment
+        if env.pk not in heads:
+            heads[env.pk] = selectors.head_measure(env)
+        row.stale = selectors.evaluation_is_stale(row, env, heads[env.pk])
+    return render(request, "registry/model.html", {"agent": agent, "rows": rows})
+
+
+def score_badge(request: HttpRequest, owner: str, name: str, fmt: str) -> HttpResponse:
+    """The leader's (or `?agent=`'s) mean reward with its 95% interval, as SVG or shields.io endpoint JSON."""
+    env = selectors.environment_get(owner=owner, name=name)
+    agent = request.GET.get("agent") or None
+    best = selectors.evaluation_best(environment=env, agent=agent[:200] if agent else None) if env else None
+    score = badges.Score(agent=best.agent, mean=best.mean, ci_low=best.ci_low, ci_high=best.ci_high) if best else None
+    shown = badges.score_badge(score, label=badges.custom_label(request.GET.get("label")))
+    style = badges.style_or_default(request.GET.get("style"))
+    body = (badges.badge_svg(shown, style=style) if fmt == "svg"
+            else json.dumps(badges.badge_endpoint(shown, style=style))).encode()
+    return HttpResponse(body, content_type=BADGE_CONTENT_TYPES[fmt], headers={"Cache-Control": BADGE_CACHE_CONTROL})
 
 
 def _badge_blocks(env: Environment) -> list[dict]:

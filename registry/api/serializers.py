@@ -12,7 +12,16 @@ from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from registry import presenters
-from registry.models import ID_PART, Environment, IndexProblem, OwnerAction, Revision, ValidationRun
+from registry.models import (
+    ID_PART,
+    Environment,
+    Evaluation,
+    EvaluationRun,
+    IndexProblem,
+    OwnerAction,
+    Revision,
+    ValidationRun,
+)
 from registry.pulls import pull_forms, pull_target
 from registry.selectors import REVISION_SUMMARY_FIELDS, environment_tags, with_yank
 
@@ -286,3 +295,79 @@ class TagCountSerializer(serializers.Serializer):
 class OwnerCountSerializer(serializers.Serializer):
     owner = serializers.CharField()
     count = serializers.IntegerField()
+
+
+# --- evaluations -------------------------------------------------------------------------------------------
+
+
+class EvaluationSerializer(serializers.ModelSerializer):
+    """One result on the leaderboard: the statistics are the hub's, computed from the episodes."""
+
+    revision = serializers.CharField(source="revision.sha")
+    confidence = serializers.SerializerMethodField()
+    stale = serializers.BooleanField(read_only=True, help_text="Head moved to a revision whose schemas or verdict "
+                                                               "differ from those this was measured on.")
+    rank = serializers.IntegerField(read_only=True, required=False, allow_null=True, default=None)
+    tied = serializers.BooleanField(read_only=True, required=False, default=False,
+                                    help_text="Its 95% interval overlaps the leader's: not distinguishable from it.")
+    source = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Evaluation
+        fields = [
+            "id", "revision", "provenance", "agent", "agent_kind", "agent_revision", "harness", "harness_version",
+            "client_version", "episode_count", "mean", "std", "stderr", "ci_low", "ci_high", "ci_method",
+            "confidence", "success_rate", "wall_s", "submitted_by", "source", "notes", "stale", "rank", "tied",
+            "created_at",
+        ]
+
+    def get_confidence(self, row) -> float:
+        return 0.95
+
+    def get_source(self, row) -> dict:
+        return {k: v for k, v in (row.source or {}).items() if k != "payload_digest"}
+
+
+class EvaluationDetailSerializer(EvaluationSerializer):
+    """A result with its episodes (seed, reward, steps, how it ended, wall time, success) and seeds."""
+
+    episodes = serializers.JSONField()
+    seeds = serializers.JSONField()
+
+    class Meta(EvaluationSerializer.Meta):
+        fields = EvaluationSerializer.Meta.fields + ["seeds", "episodes"]
+
+
+class LeaderboardSerializer(serializers.Serializer):
+    environment = serializers.CharField()
+    head = serializers.CharField(allow_null=True)
+    rows = EvaluationSerializer(many=True)
+    hidden_stale = serializers.IntegerField(help_text="Stale results not shown (ask with include_stale=true).")
+
+
+class EvaluationRunSerializer(serializers.ModelSerializer):
+    revision = serializers.CharField(source="revision.sha")
+
+    class Meta:
+        model = EvaluationRun
+        fields = ["id", "revision", "kind", "subject", "state", "outcome", "reason", "trigger", "attempts",
+                  "queued_at", "started_at", "finished_at"]
+
+
+class ModelEvaluationRequestSerializer(serializers.Serializer):
+    model = serializers.CharField(max_length=200, help_text="The model's name at the configured endpoint.")
+    episodes = serializers.IntegerField(min_value=1, max_value=100, default=10)
+
+
+class EvaluationImportSerializer(serializers.Serializer):
+    dataset = serializers.RegexField(rf"^{ID_PART}/{ID_PART}$", max_length=200,
+                                     help_text="The Hub dataset holding results.jsonl and metadata.json.")
+    dataset_revision = serializers.RegexField(r"^[0-9a-f]{40}$", required=False,
+                                              help_text="Pin: the dataset's commit (default: its current head, "
+                                                        "which is then recorded).")
+    revision = serializers.RegexField(r"^[0-9a-fA-F]{4,64}$", required=False,
+                                      help_text="The environment revision the episodes ran on (default: the one "
+                                                "serving when the dataset was made is unknown, so head).")
+    environment = serializers.RegexField(rf"^{ID_PART}/{ID_PART}$", required=False,
+                                         help_text="An explicit mapping: the dataset belongs to this environment "
+                                                   "(else it is matched through metadata env_base_url).")

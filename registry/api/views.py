@@ -7,6 +7,8 @@ OpenAPI schema at /api/schema/.
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -14,19 +16,32 @@ from django.utils.http import http_date
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, permissions, status
-from rest_framework.exceptions import MethodNotAllowed, NotFound, PermissionDenied, Throttled, ValidationError
+from rest_framework.exceptions import (
+    APIException,
+    MethodNotAllowed,
+    NotFound,
+    PermissionDenied,
+    Throttled,
+    ValidationError,
+)
 from rest_framework.response import Response
 
 from registry import identity, selectors
 from registry.api import serializers as s
-from registry.api.authentication import has_token, require_scope
+from registry.api.authentication import HubUnavailable, has_token, require_scope
 from registry.api.errors import ERROR_RESPONSES
 from registry.api.pagination import KeysetPagination
 from registry.api.params import EnvironmentListParams
 from registry.api.throttling import rate_limit_headers
-from registry.models import ID_PART, Environment, OwnerAction, Revision, ValidationRun
+from registry.models import ID_PART, ApiToken, Environment, Evaluation, EvaluationRun, OwnerAction, Revision, ValidationRun
 from registry.moved import EnvironmentMoved, moved_redirect
-from registry.services import owner, validation
+from registry.services import evaluation, owner, validation
+
+class Conflict(APIException):
+    status_code = 409
+    default_code = "conflict"
+    default_detail = "The request conflicts with what is stored."
+
 
 # Revisions shown with an environment's detail; all of them are paged at .../revisions/.
 RECENT_REVISIONS = 20
@@ -478,3 +493,198 @@ class EnvironmentHistory(EnvironmentMixin, generics.ListAPIView):
                                                                     **ERROR_RESPONSES})
     def get(self, request, *args, **kwargs):
         return super().get(request, *args, **kwargs)
+
+
+# --- evaluations -------------------------------------------------------------------------------------------
+
+
+EVALUATION_FILTERS = [
+    OpenApiParameter("provenance", str, enum=Evaluation.Provenance.values),
+    OpenApiParameter("revision", {"type": "string", "pattern": "^[0-9a-fA-F]{4,64}$"},
+                     description="Only results measured on this revision (a sha or its prefix)."),
+    OpenApiParameter("agent", {"type": "string", "maxLength": 200}),
+    OpenApiParameter("include_stale", OpenApiTypes.BOOL,
+                     description="Stale results too (measured on a revision whose schemas or verdict head no "
+                                 "longer has); hidden by default, never deleted."),
+]
+
+
+def _evaluation_filters(request) -> dict:
+    params = request.query_params
+    provenance = params.get("provenance") or None
+    if provenance and provenance not in Evaluation.Provenance.values:
+        raise ValidationError({"provenance": [f"one of {', '.join(Evaluation.Provenance.values)}"]})
+    revision = params.get("revision") or None
+    if revision and not re.fullmatch(r"[0-9a-fA-F]{4,64}", revision):
+        raise ValidationError({"revision": ["a sha or a prefix of 4 to 64 hexadecimal characters"]})
+    agent = params.get("agent") or None
+    if agent and len(agent) > 200:
+        raise ValidationError({"agent": ["at most 200 characters"]})
+    stale = params.get("include_stale", "false").lower()
+    if stale not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValidationError({"include_stale": ["true or false"]})
+    return {"provenance": provenance, "revision": revision, "agent": agent,
+            "include_stale": stale in ("true", "1", "yes")}
+
+
+class EvaluationSubmitters(permissions.BasePermission):
+    """Anyone reads. Results are submitted with a personal token of the evaluate scope (any account: a community
+    result, marked self-reported with its submitter), or by the environment's owners with their Hugging Face token."""
+
+    message = ("Submitting results needs a personal token of this hub with the 'evaluate' scope, or the "
+               "environment's owner's Hugging Face token.")
+
+    def has_permission(self, request, view):
+        return request.method in permissions.SAFE_METHODS or bool(request.user and request.user.is_authenticated)
+
+
+class EvaluationList(EnvironmentMixin, generics.GenericAPIView):
+    """GET: the environment's results, best mean first (stale ones hidden unless asked).
+    POST: a self-reported result, in OpenEnv's EvalResult shape plus per-episode rewards (see the README)."""
+
+    serializer_class = s.EvaluationSerializer
+    permission_classes = [EvaluationSubmitters]
+
+    def check_permissions(self, request):
+        if request.method in permissions.SAFE_METHODS:
+            super().check_permissions(request)
+
+    @extend_schema(operation_id="evaluations_list", parameters=EVALUATION_FILTERS,
+                   responses={200: s.EvaluationSerializer(many=True), **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        env = self.get_environment()
+        board = selectors.evaluations(environment=env, **_evaluation_filters(request))
+        response = Response(s.EvaluationSerializer(board.rows, many=True).data)
+        response["X-Hidden-Stale"] = str(board.hidden_stale)
+        return response
+
+    @extend_schema(operation_id="evaluations_create", request=OpenApiTypes.OBJECT, responses={
+        201: s.EvaluationDetailSerializer, 200: s.EvaluationDetailSerializer, **ERROR_RESPONSES})
+    def post(self, request, *args, **kwargs):
+        env = self.get_environment()
+        super().check_permissions(request)
+        self.throttle_account(request)
+        if isinstance(request.auth, ApiToken):
+            require_scope(request, "evaluate")
+        elif not identity.may_act(request.user, env):
+            raise PermissionDenied(EvaluationSubmitters.message)
+        if not isinstance(request.data, dict):
+            raise ValidationError({"body": ["a JSON object"]})
+        from registry.evaluation import ingest
+
+        try:
+            submission = ingest.read_submission(request.data, max_episodes=settings.HUB_EVAL_MAX_EPISODES)
+        except ingest.IngestError as exc:
+            raise ValidationError({"submission": [str(exc)]}) from None
+        revision = selectors.revision_resolve(environment=env, ref=submission.revision)
+        if revision is None:
+            raise ValidationError({"revision": [f"no revision {submission.revision!r} of {env.repo_id} (a full sha "
+                                                "or a unique prefix of an indexed revision)"]})
+        try:
+            row, created = evaluation.evaluation_record(
+                revision=revision, provenance=Evaluation.Provenance.SELF_REPORTED, played=submission.played,
+                submitted_by=identity.actor(request.user), source=submission.source,
+                idempotency_key=submission.idempotency_key)
+        except evaluation.EvaluationRefused as exc:
+            if exc.status == 409:
+                raise Conflict(str(exc)) from None
+            raise ValidationError({"submission": [str(exc)]}) from None
+        row.stale = False
+        return Response(s.EvaluationDetailSerializer(row).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class EvaluationDetail(EnvironmentMixin, generics.RetrieveAPIView):
+    """One result with its episodes."""
+
+    serializer_class = s.EvaluationDetailSerializer
+
+    def get_object(self):
+        row = selectors.evaluation_get(environment=self.get_environment(), evaluation_id=self.kwargs["evaluation_id"])
+        if row is None:
+            raise NotFound(f"No evaluation {self.kwargs['evaluation_id']} for this environment.")
+        return row
+
+    @extend_schema(operation_id="evaluations_retrieve", responses={200: s.EvaluationDetailSerializer,
+                                                                   **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+
+class LeaderboardView(EnvironmentMixin, generics.GenericAPIView):
+    """The leaderboard: ranked rows with their intervals, rows tied with the leader marked."""
+
+    serializer_class = s.LeaderboardSerializer
+
+    @extend_schema(operation_id="leaderboard", parameters=EVALUATION_FILTERS,
+                   responses={200: s.LeaderboardSerializer, **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        env = self.get_environment()
+        board = selectors.evaluations(environment=env, **_evaluation_filters(request))
+        return Response(s.LeaderboardSerializer({
+            "environment": env.repo_id, "head": env.head.sha if env.head else None, "rows": board.rows,
+            "hidden_stale": board.hidden_stale}).data)
+
+
+class EvaluationImport(OwnerActionMixin, generics.GenericAPIView):
+    """POST (staff, owners): import an `openenv collect` dataset from the Hub, pinned to its revision."""
+
+    serializer_class = s.EvaluationImportSerializer
+
+    @extend_schema(operation_id="evaluations_import", request=s.EvaluationImportSerializer,
+                   responses={201: s.EvaluationDetailSerializer, 200: s.EvaluationDetailSerializer, **ERROR_RESPONSES})
+    def post(self, request, *args, **kwargs):
+        env = self.get_environment()
+        self.authorize(request, env)
+        params = s.EvaluationImportSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        try:
+            row, created = evaluation.evaluation_import(
+                environment=env, dataset=data["dataset"], dataset_revision=data.get("dataset_revision") or None,
+                revision=data.get("revision") or None, mapping=data.get("environment") or None,
+                submitted_by=self.actor)
+        except evaluation.EvaluationRefused as exc:
+            if exc.status == 409:
+                raise Conflict(str(exc)) from None
+            if exc.status == 503:
+                raise HubUnavailable(str(exc)) from None
+            raise ValidationError({"dataset": [str(exc)]}) from None
+        row.stale = False
+        return Response(s.EvaluationDetailSerializer(row).data,
+                        status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class EvaluationRunList(OwnerActionMixin, generics.ListAPIView):
+    """GET: the environment's hub-run evaluation jobs. POST (staff, owners): evaluate a model on the head revision
+    through the hub's OpenAI-compatible endpoint (HUB_EVAL_OPENAI_BASE_URL); 503 when none is configured."""
+
+    serializer_class = s.EvaluationRunSerializer
+
+    def get_queryset(self):
+        return EvaluationRun.objects.filter(environment=self.get_environment()).select_related("revision")[:100]
+
+    @extend_schema(operation_id="evaluation_runs_list", responses={200: s.EvaluationRunSerializer(many=True),
+                                                                   **ERROR_RESPONSES})
+    def get(self, request, *args, **kwargs):
+        return super().get(request, *args, **kwargs)
+
+    @extend_schema(operation_id="evaluation_runs_create", request=s.ModelEvaluationRequestSerializer,
+                   responses={202: s.EvaluationRunSerializer, 200: s.EvaluationRunSerializer, **ERROR_RESPONSES})
+    def post(self, request, *args, **kwargs):
+        env = self.get_environment()
+        self.authorize(request, env)
+        params = s.ModelEvaluationRequestSerializer(data=request.data)
+        params.is_valid(raise_exception=True)
+        if not settings.HUB_EVAL_OPENAI_BASE_URL:
+            raise HubUnavailable("No model endpoint is configured on this hub (HUB_EVAL_OPENAI_BASE_URL).")
+        if env.head is None or env.verdict_outcome not in (ValidationRun.Outcome.PASS, ValidationRun.Outcome.WARN) \
+                or env.verdict_run is None or env.verdict_run.revision_id != env.head_id:
+            raise ValidationError({"revision": ["only a head revision that passed validation is evaluated"]})
+        run, created = evaluation.evaluation_run_request(
+            revision=env.head, kind=EvaluationRun.Kind.MODEL, subject=params.validated_data["model"],
+            params={"episodes": params.validated_data["episodes"], "validation_run": None,
+                    "runner": env.verdict_run.runner},
+            trigger=ValidationRun.Trigger.REQUEST, requested_by=request.user)
+        return Response(s.EvaluationRunSerializer(run).data,
+                        status=status.HTTP_202_ACCEPTED if created else status.HTTP_200_OK)

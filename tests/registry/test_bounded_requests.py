@@ -66,7 +66,7 @@ def test_requests_do_not_grow_with_the_number_of_revisions(client, tiny_envs):
     for label, url in _urls(env, run).items():
         count, sql = _cost(client, url)
         assert count == few[label], f"{label}: {few[label]} queries with 1 revision, {count} with 61"
-        assert count <= 9, f"{label}: {count} queries"
+        assert count <= 10, f"{label}: {count} queries"  # the environment page's leaderboard is one
         leaked = [q for q in sql if "readme_raw" in q or '"files"' in q]
         assert leaked == [], f"{label} read README or file lists: {leaked[0][:300]}"
 
