@@ -265,3 +265,44 @@ def evaluation_client(run, checkpoint: Callable[[str], None]) -> Iterator[ProbeC
         raise Unavailable(f"The Space is {space.runtime_stage.lower()}; there is nothing to play.")
     with ProbeClient(space.host, allowed_hosts=tuple(settings.HUB_PROBE_ALLOWED_HOSTS)) as probe_client:
         yield probe_client
+
+
+def _action_schema(run) -> dict | None:
+    """The action schema the revision's server showed at its latest validation (what the players act on)."""
+    observed = (ValidationRun.objects.filter(revision_id=run.revision_id, state=ValidationRun.State.FINISHED)
+                .exclude(observed=None).order_by("-finished_at", "-id").values_list("observed", flat=True).first())
+    schemas = observed.get("schemas") if isinstance(observed, dict) else None
+    action = schemas.get("action") if isinstance(schemas, dict) else None
+    return action if isinstance(action, dict) else None
+
+
+def evaluation_execute(run, *, checkpoint: Callable[[], None]):
+    """Play `run` (a baseline or a model) against the environment; returns (played evaluations, report, target).
+
+    The report holds the baseline's semantic checks (report-v2 check results) and the players' notes.
+    Raises Unavailable, NotReady or TransientError as `evaluation_client` does.
+    """
+    from registry.evaluation import baseline, model
+
+    action_schema = _action_schema(run)
+    if action_schema is None:
+        raise Unavailable("The revision's validation recorded no action schema, so there is nothing to act on.")
+    total_s = max(60.0, settings.HUB_EVAL_SOFT_LIMIT_S - 120.0)
+    with evaluation_client(run, lambda _step="": checkpoint()) as client:
+        if run.kind == "baseline":
+            result = baseline.play_baseline(
+                client, action_schema=action_schema, manifest=run.revision.manifest,
+                seeds=list(range(settings.HUB_EVAL_BASELINE_EPISODES)), max_steps=settings.HUB_EVAL_MAX_STEPS,
+                episode_deadline_s=settings.HUB_EVAL_EPISODE_S, total_deadline_s=total_s, on_progress=checkpoint)
+            checks = [c.to_dict() for c in baseline.semantic_checks(result, run.revision.manifest)]
+            return result.evaluations, {"checks": checks, "notes": result.notes}, client.base_url
+        if not settings.HUB_EVAL_OPENAI_BASE_URL:
+            raise Unavailable("No model endpoint is configured (HUB_EVAL_OPENAI_BASE_URL).")
+        episodes = int((run.params or {}).get("episodes") or 10)
+        played = model.play_model(
+            client, endpoint=settings.HUB_EVAL_OPENAI_BASE_URL, api_key=settings.HUB_EVAL_OPENAI_API_KEY,
+            model=run.subject, action_schema=action_schema, seeds=list(range(episodes)),
+            max_steps=settings.HUB_EVAL_MAX_STEPS, max_tokens=settings.HUB_EVAL_MAX_TOKENS,
+            episode_deadline_s=settings.HUB_EVAL_EPISODE_S, total_deadline_s=total_s,
+            request_timeout_s=min(120.0, settings.HUB_EVAL_EPISODE_S), on_progress=checkpoint)
+        return [played], {"notes": list(played.notes)}, client.base_url

@@ -15,8 +15,8 @@ from django.conf import settings
 from django.utils import timezone
 
 from registry import runners, services
-from registry.models import ValidationRun
-from registry.services import validation, webhooks
+from registry.models import EvaluationRun, ValidationRun
+from registry.services import evaluation, validation, webhooks
 from registry.services.heartbeat import Heartbeat
 
 logger = logging.getLogger(__name__)
@@ -127,3 +127,52 @@ def validation_reap() -> dict:
 def validation_reprobe() -> int:
     """Periodic: keep results fresh by re-validating environments whose latest run is old."""
     return validation.validation_reprobe_schedule()
+
+
+@shared_task(name="registry.evaluate_run", bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True,
+             soft_time_limit=settings.HUB_EVAL_SOFT_LIMIT_S, time_limit=settings.HUB_EVAL_HARD_LIMIT_S)
+def evaluate_run(self, run_id: int) -> str:
+    """Play one evaluation run (a baseline or a model): the validation task's shape and rules, its own queue."""
+    run = evaluation.evaluation_run_start(run_id=run_id, worker=self.request.hostname or "")
+    if run is None:
+        return "ignored"
+    attempt = run.attempts
+
+    def error(reason: str) -> str:
+        evaluation.evaluation_run_finish(run_id=run_id, outcome=EvaluationRun.Outcome.ERROR, reason=reason,
+                                         attempt=attempt)
+        return "error"
+
+    with Heartbeat(lambda: evaluation.evaluation_run_heartbeat(run_id=run_id, attempt=attempt),
+                   settings.HUB_VALIDATION_HEARTBEAT_S, name=f"evaluation-{run_id}",
+                   lost_on=validation.RunNotRunning) as beat:
+        try:
+            played, report, target = runners.evaluation_execute(run, checkpoint=beat.check)
+        except validation.RunNotRunning:
+            return "cancelled"
+        except runners.Unavailable as exc:
+            evaluation.evaluation_run_cancel(run_id=run_id, reason=str(exc), attempt=attempt)
+            return "cancelled"
+        except (runners.NotReady, runners.TransientError) as exc:
+            backoff = settings.HUB_VALIDATION_RETRY_BASE_S * 2 ** (attempt - 1)
+            if attempt < settings.HUB_VALIDATION_MAX_ATTEMPTS and evaluation.evaluation_run_requeue(
+                    run_id=run_id, reason=f"Retrying in {backoff:.0f} s: {exc}", countdown=backoff, attempt=attempt):
+                return "requeued"
+            return error(f"Gave up after {attempt} attempts: {exc}")
+        except SoftTimeLimitExceeded:
+            return error(f"The evaluation exceeded its time limit of {settings.HUB_EVAL_SOFT_LIMIT_S} s.")
+        except Exception as exc:  # noqa: BLE001 - our bug: record it on the run rather than leave it running
+            logger.exception("evaluation #%s failed", run_id)
+            return error(f"The evaluator failed internally ({type(exc).__name__}).")
+    try:
+        finished = evaluation.evaluation_run_finish(run_id=run_id, outcome=EvaluationRun.Outcome.DONE, report=report,
+                                                    played=played, target_url=target, attempt=attempt)
+    except evaluation.EvaluationRefused as exc:  # the episodes broke a rule (a reward out of the declared range)
+        return error(f"The episodes could not be recorded: {exc}")
+    return "done" if finished else "superseded"
+
+
+@shared_task(name="registry.evaluation_reap", ignore_result=True, acks_late=True, soft_time_limit=240, time_limit=300)
+def evaluation_reap() -> dict:
+    """Periodic: requeue or end evaluation runs whose worker stopped sending heartbeats."""
+    return evaluation.evaluation_runs_reap()

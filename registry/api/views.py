@@ -576,14 +576,20 @@ class EvaluationList(EnvironmentMixin, generics.GenericAPIView):
             submission = ingest.read_submission(request.data, max_episodes=settings.HUB_EVAL_MAX_EPISODES)
         except ingest.IngestError as exc:
             raise ValidationError({"submission": [str(exc)]}) from None
-        revision = selectors.revision_resolve(environment=env, ref=submission.revision)
+        try:
+            revision = selectors.revision_resolve(environment=env, ref=submission.revision)
+        except selectors.AmbiguousRevision:
+            revision = None
         if revision is None:
-            raise ValidationError({"revision": [f"no revision {submission.revision!r} of {env.repo_id} (a full sha "
-                                                "or a unique prefix of an indexed revision)"]})
+            raise ValidationError({"revision": [f"no single revision {submission.revision!r} of {env.repo_id} (a "
+                                                "full sha or a unique prefix of an indexed revision)"]})
+        source = {"harness_name": submission.harness_name, "dataset": submission.dataset,
+                  "library_versions": submission.library_versions, "eval_parameters": submission.eval_parameters,
+                  "scores": submission.scores}
         try:
             row, created = evaluation.evaluation_record(
-                revision=revision, provenance=Evaluation.Provenance.SELF_REPORTED, played=submission.played,
-                submitted_by=identity.actor(request.user), source=submission.source,
+                revision=revision, provenance=Evaluation.Provenance.SELF_REPORTED, played=submission.played(),
+                submitted_by=identity.actor(request.user), source=source,
                 idempotency_key=submission.idempotency_key)
         except evaluation.EvaluationRefused as exc:
             if exc.status == 409:

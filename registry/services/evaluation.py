@@ -236,3 +236,71 @@ def evaluation_run_finish(*, run_id: int, outcome: str, reason: str = "", report
         if checks and validation_id:
             validation_report_amend(run_id=validation_id, results=checks)
     return True
+
+
+# --- imports from the Hub -------------------------------------------------------------------------------------
+
+COLLECT_RESULTS, COLLECT_METADATA = "results.jsonl", "metadata.json"
+
+
+def evaluation_import(*, environment: Environment, dataset: str, dataset_revision: str | None, revision: str | None,
+                      mapping: str | None, submitted_by: str, client=None) -> tuple[Evaluation, bool]:
+    """Import an `openenv collect` dataset from the Hub, pinned to its commit: the hub reads results.jsonl and
+    metadata.json, matches the environment (metadata `env_base_url` against this environment's Space host, or
+    the explicit `mapping`), and stores the episodes as an imported result of `revision` (default: head).
+    Importing the same dataset commit twice returns the first row. Raises EvaluationRefused (503 when the Hub
+    cannot be read)."""
+    from registry.evaluation import ingest
+    from registry.hub import DatasetNotFound, HubClient, HubError
+
+    client = client or HubClient()
+    try:
+        facts = client.dataset(dataset, revision=dataset_revision)
+        if COLLECT_RESULTS not in facts.files or COLLECT_METADATA not in facts.files:
+            raise EvaluationRefused(f"{dataset}@{facts.sha[:12]} has no {COLLECT_RESULTS} and {COLLECT_METADATA} at its "
+                                    "root: is it an `openenv collect` dataset?")
+        results = client.read_dataset_file(dataset, COLLECT_RESULTS, sha=facts.sha, cap=settings.HUB_EVAL_MAX_BYTES)
+        metadata = client.read_dataset_file(dataset, COLLECT_METADATA, sha=facts.sha, cap=256 * 1024)
+    except DatasetNotFound as exc:
+        raise EvaluationRefused(f"No public dataset {dataset} on the Hub (or no such revision): {exc}") from exc
+    except HubError as exc:
+        if getattr(exc, "transient", False):
+            raise EvaluationRefused(f"The Hub could not be read: {exc}", code="hub_unavailable", status=503) from exc
+        raise EvaluationRefused(f"The dataset could not be read: {exc}") from exc
+    try:
+        collected = ingest.read_collect_dataset(results, metadata, max_episodes=settings.HUB_EVAL_MAX_EPISODES,
+                                                max_bytes=settings.HUB_EVAL_MAX_BYTES)
+        head = environment.head
+        candidates = [ingest.EnvironmentCandidate(repo_id=environment.repo_id, host=head.host if head else "")]
+        match = ingest.match_environment(collected.metadata, mapping=mapping, candidates=candidates)
+    except ingest.IngestError as exc:
+        raise EvaluationRefused(str(exc)) from exc
+    if match.repo_id.lower() != environment.repo_id.lower():
+        raise EvaluationRefused(f"the dataset belongs to {match.repo_id}, not {environment.repo_id}")
+    target = _revision_of(environment, revision)
+    meta = collected.metadata
+    played = PlayedEvaluation(
+        agent=(meta.model or meta.provider or "unknown")[:200], agent_kind="model" if meta.model else "policy",
+        harness="openenv collect", harness_version="", client_version="",
+        episodes=collected.episodes, notes=[match.detail, *collected.notes])
+    source = {"dataset": dataset, "dataset_revision": facts.sha, "matched_by": match.matched_by,
+              "env_base_url": meta.env_base_url, "provider": meta.provider}
+    return evaluation_record(revision=target, provenance=Evaluation.Provenance.IMPORTED, played=played,
+                             submitted_by=submitted_by, source=source,
+                             idempotency_key=f"import:{dataset}@{facts.sha}"[:128])
+
+
+def _revision_of(environment: Environment, ref: str | None) -> Revision:
+    from registry import selectors
+
+    if not ref:
+        if environment.head is None:
+            raise EvaluationRefused(f"{environment.repo_id} has no indexed revision")
+        return environment.head
+    try:
+        found = selectors.revision_resolve(environment=environment, ref=ref)
+    except selectors.AmbiguousRevision:
+        found = None
+    if found is None:
+        raise EvaluationRefused(f"no single revision of {environment.repo_id} matches {ref!r}")
+    return found
