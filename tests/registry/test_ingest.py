@@ -257,7 +257,8 @@ def metadata_with(url: str):
 
 @pytest.mark.parametrize("url", [
     HOST, HOST + "/", HOST + "/web", HOST + "/web/", "HTTPS://OpenEnv-Counter-Env.HF.space",
-    "http://openenv-counter-env.hf.space", "wss://openenv-counter-env.hf.space/", "https://openenv-counter-env.hf.space:443/web",
+    "http://openenv-counter-env.hf.space", "wss://openenv-counter-env.hf.space/",
+    "https://openenv-counter-env.hf.space:443/web",
 ])
 def test_the_environment_is_matched_by_its_space_host(url):
     match = match_environment(metadata_with(url), mapping=None, candidates=CANDIDATES)
