@@ -66,6 +66,10 @@ class SpaceNotFound(HubError):
     """The Space does not exist, or is private to us."""
 
 
+class DatasetNotFound(HubError):
+    """The dataset repo does not exist, or is private to us (the Hub answers both alike, 401 or 404)."""
+
+
 class RevisionNotFound(HubError):
     """The sha is gone (force-push) or never existed: a newer listing will show the right one."""
 
@@ -114,6 +118,24 @@ class SpaceFacts:
 
     def is_tagged(self) -> bool:
         return any(tag in ENVIRONMENT_TAGS for tag in self.tags)
+
+
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What the Hub says about one dataset repo at one sha (from dataset_info)."""
+
+    repo_id: str
+    sha: str
+    author: str = ""
+    private: bool = False
+    gated: bool = False
+    disabled: bool = False
+    tags: tuple[str, ...] = ()
+    card_data: dict[str, Any] | None = None
+    last_modified: datetime | None = None
+    # Files at this sha, any depth; size is None when the Hub did not say.
+    files: dict[str, int | None] = field(default_factory=dict)
+    files_known: bool = False
 
 
 @dataclass(frozen=True)
@@ -251,8 +273,12 @@ class HubClient:
             self._not_before = max(self._not_before, time.monotonic() + delay)
             self._closed_by.until = self._not_before
 
-    def _call(self, what: str, fn: Callable[[], T], *, attempts: int | None = None) -> T:
-        """Run one Hub call, retrying transient failures with capped exponential backoff."""
+    def _call(self, what: str, fn: Callable[[], T], *, attempts: int | None = None,
+              missing: type[HubError] = SpaceNotFound) -> T:
+        """Run one Hub call, retrying transient failures with capped exponential backoff.
+
+        A repo the Hub does not show raises `missing` (SpaceNotFound, or DatasetNotFound for dataset calls).
+        """
         attempts = max(1, attempts or settings.HUB_RETRY_ATTEMPTS)
         for attempt in range(1, attempts + 1):
             self._gate_wait()
@@ -261,7 +287,8 @@ class HubClient:
             except HubError:
                 raise
             except RepositoryNotFoundError as exc:
-                raise SpaceNotFound(f"{what}: the Space does not exist or is not public ({_describe(exc)})") from exc
+                repo = "dataset" if missing is DatasetNotFound else "Space"
+                raise missing(f"{what}: the {repo} does not exist or is not public ({_describe(exc)})") from exc
             except RevisionNotFoundError as exc:
                 raise RevisionNotFound(f"{what}: revision not found ({_describe(exc)})") from exc
             except EntryNotFoundError as exc:
@@ -357,9 +384,34 @@ class HubClient:
 
         A result longer than `cap` means "too large"; the caller says so (manifest.decode_text does).
         """
-        url = hf_hub_url(repo_id, path, repo_type="space", revision=sha, endpoint=self.endpoint)
+        return self._read_capped("space", repo_id, path, sha=sha, cap=cap)
+
+    def dataset(self, repo_id: str, revision: str | None = None) -> DatasetFacts:
+        """One dataset repo's facts, with the sizes of its files, at a revision (default: the current head).
+
+        Read it first, then read its files pinned to the sha it gives (`read_dataset_file`).
+        """
+        info = self._call(
+            f"dataset_info {repo_id}",
+            lambda: self.api.dataset_info(repo_id, revision=revision, files_metadata=True),
+            missing=DatasetNotFound,
+        )
+        facts = _dataset_facts(info)
+        if facts is None:
+            raise HubError(f"dataset_info {repo_id}: the Hub answered without an id or sha")
+        return facts
+
+    def read_dataset_file(self, repo_id: str, path: str, *, sha: str, cap: int) -> bytes:
+        """One file of a dataset repo pinned to `sha`, cut off after `cap` + 1 bytes, as `read_file` for Spaces."""
+        return self._read_capped("dataset", repo_id, path, sha=sha, cap=cap, missing=DatasetNotFound)
+
+    def _read_capped(self, repo_type: str, repo_id: str, path: str, *, sha: str, cap: int,
+                     missing: type[HubError] = SpaceNotFound) -> bytes:
+        url = hf_hub_url(repo_id, path, repo_type=repo_type, revision=sha, endpoint=self.endpoint)
         headers = build_hf_headers(token=self.api.token, library_name="openenv-hub")
-        return self._call(f"download {repo_id}/{path}@{sha[:12]}", lambda: _get_capped(url, headers, cap + 1))
+        where = f"{repo_type}s/{repo_id}" if repo_type == "dataset" else repo_id
+        return self._call(f"download {where}/{path}@{sha[:12]}", lambda: _get_capped(url, headers, cap + 1),
+                          missing=missing)
 
     def snapshot(self, repo_id: str, *, sha: str, local_dir: Path) -> Path:
         """The whole repository at `sha` into `local_dir` (for the local validation runner)."""
@@ -427,6 +479,45 @@ def _text(value: Any, cap: int) -> str:
     return value.replace("\x00", "")[:cap] if isinstance(value, str) else ""
 
 
+def _files(siblings: Any) -> dict[str, int | None]:
+    """File path -> size from a repo's siblings (size None when absent or not a plain non-negative int)."""
+    files: dict[str, int | None] = {}
+    for sibling in siblings or []:
+        name = getattr(sibling, "rfilename", None)
+        size = getattr(sibling, "size", None)
+        if isinstance(name, str) and name.isprintable() and 0 < len(name) <= 1000:
+            files[name] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+    return files
+
+
+def _dataset_facts(info: Any) -> DatasetFacts | None:
+    """DatasetFacts from dataset_info, or None when its id or sha is not one the Hub would give."""
+    repo_id = getattr(info, "id", None)
+    sha = getattr(info, "sha", None)
+    if not isinstance(repo_id, str) or not _REPO_ID.fullmatch(repo_id):
+        return None
+    if not isinstance(sha, str) or not _SHA.fullmatch(sha.lower()):
+        return None
+    siblings = getattr(info, "siblings", None)
+    card = getattr(info, "card_data", None)
+    if card is not None and hasattr(card, "to_dict"):
+        card = card.to_dict()
+    last_modified = getattr(info, "last_modified", None)
+    return DatasetFacts(
+        repo_id=repo_id,
+        sha=sha.lower(),
+        author=_text(getattr(info, "author", None), 96) or repo_id.split("/", 1)[0],
+        private=bool(getattr(info, "private", False)),
+        gated=bool(getattr(info, "gated", False)),  # False, or "auto"/"manual" on the Hub
+        disabled=bool(getattr(info, "disabled", False)),
+        tags=tuple(_text(t, 100) for t in (getattr(info, "tags", None) or [])[:200] if _text(t, 100)),
+        card_data=card if isinstance(card, dict) else None,
+        last_modified=last_modified if isinstance(last_modified, datetime) else None,
+        files=_files(siblings),
+        files_known=siblings is not None,
+    )
+
+
 def _facts_from_info(info: Any) -> SpaceFacts | None:
     """SpaceFacts from a listing item or space_info, or None when its id or sha is not one the Hub would give."""
     repo_id = getattr(info, "id", None)
@@ -437,12 +528,7 @@ def _facts_from_info(info: Any) -> SpaceFacts | None:
         return None
     runtime = getattr(info, "runtime", None)
     siblings = getattr(info, "siblings", None)
-    files: dict[str, int | None] = {}
-    for sibling in siblings or []:
-        name = getattr(sibling, "rfilename", None)
-        size = getattr(sibling, "size", None)
-        if isinstance(name, str) and name.isprintable() and 0 < len(name) <= 1000:
-            files[name] = size if isinstance(size, int) and not isinstance(size, bool) and size >= 0 else None
+    files = _files(siblings)
     card = getattr(info, "card_data", None)
     if card is not None and hasattr(card, "to_dict"):
         card = card.to_dict()

@@ -18,6 +18,10 @@ route                                                    kind          client ca
 ``GET /api/spaces/{id}/tree/{rev}[/{path}]``             ``tree``      ``list_repo_tree/_files``
 ``POST /api/spaces/{id}/paths-info/{rev}``               ``paths_info`` ``get_paths_info``
 ``HEAD|GET /spaces/{id}/resolve/{rev}/{path}``           ``resolve``   ``hf_hub_download``
+``GET /api/datasets/{id}[/revision/{rev}]``              ``info``      ``dataset_info``
+``GET /api/datasets/{id}/tree/{rev}[/{path}]``           ``tree``      ``list_repo_tree/_files``
+``POST /api/datasets/{id}/paths-info/{rev}``             ``paths_info`` ``get_paths_info``
+``HEAD|GET /datasets/{id}/resolve/{rev}/{path}``         ``resolve``   ``hf_hub_download``
 ``GET /api/whoami-v2``                                   ``whoami``    ``whoami``
 ``POST /api/repos/create``                               ``create``    ``create_repo``
 ``DELETE /api/repos/delete``                             ``delete``    ``delete_repo``
@@ -64,6 +68,15 @@ Behaviour worth knowing (and kept deliberately close to the real Hub):
   typed exceptions.
 * Private Spaces are never listed and answer 404 ``RepoNotFound`` everywhere,
   whatever token is sent (tokens only matter for ``whoami``).
+* Dataset repos (``put_dataset``) are read as the Hub reads them: a missing
+  dataset, or a private one the caller may not read, answers 401
+  ``RepoNotFound`` ("Invalid username or password.") without a token and 404
+  ``RepoNotFound`` with one; a token the stand-in does not know answers 401
+  "Invalid credentials in Authorization header". A token given to
+  ``add_token`` reads the private datasets of its user and organizations.
+  Datasets are not listed, written through the API or announced to webhooks;
+  their tags are the README front-matter ``tags`` plus ``region:us``.
+  Recorded requests and injections say ``repo_type`` ("space", "dataset").
 * Listings and trees are paged by an opaque ``cursor`` query parameter and a
   ``Link: <absolute url>; rel="next"`` header. The default listing order is by
   id; ``sort`` (``likes``, ``lastModified``, ``createdAt``, ``trendingScore``)
@@ -199,6 +212,19 @@ _SORTS = {
     "trendingScore": lambda sp: sp.trending_score,
 }
 
+# huggingface_hub 2.4's ExpandDatasetProperty_T, and what dataset_info answers without `expand`.
+_DATASET_EXPANDABLE = frozenset(
+    {
+        "author", "cardData", "citation", "createdAt", "description", "disabled", "downloads", "downloadsAllTime",
+        "gated", "lastModified", "likes", "mainSize", "paperswithcode_id", "private", "resourceGroup", "sha",
+        "siblings", "tags", "trendingScore", "usedStorage",
+    }
+)
+_DATASET_FULL_FIELDS = (
+    "author", "sha", "lastModified", "createdAt", "private", "gated", "disabled", "downloads", "likes", "tags",
+    "cardData", "siblings", "usedStorage",
+)
+
 _REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 _SHORT_SHA = re.compile(r"[0-9a-f]{7,40}")
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(?:(.*?)\r?\n)?---[ \t]*(?:\r?\n|\Z)", re.S)
@@ -232,6 +258,15 @@ def _header_safe(text: str) -> str:
 
 def _subdomain(repo_id: str) -> str:
     return re.sub(r"[^a-z0-9]", "-", repo_id.lower())
+
+
+def _repo_type(path: str) -> str | None:
+    """Which kind of repo a request path is about ("space", "dataset"), or None for the other routes."""
+    for prefix, repo_type in (("/api/spaces/", "space"), ("/spaces/", "space"), ("/api/datasets/", "dataset"),
+                              ("/datasets/", "dataset")):
+        if path.startswith(prefix):
+            return repo_type
+    return None
 
 
 def _encode_cursor(data: dict) -> str:
@@ -362,6 +397,26 @@ class _Space:
 
 
 @dataclass
+class _Dataset:
+    repo_id: str
+    mongo_id: str
+    private: bool
+    created_at: float
+    likes: int = 0
+    downloads: int = 0
+    revisions: dict[str, _Revision] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)  # shas, oldest first
+
+    @property
+    def author(self) -> str:
+        return self.repo_id.split("/", 1)[0]
+
+    @property
+    def head_revision(self) -> _Revision:
+        return self.revisions[self.history[-1]]
+
+
+@dataclass
 class RecordedRequest:
     """One request the stub answered. ``query`` maps each parameter to all its values."""
 
@@ -375,6 +430,7 @@ class RecordedRequest:
     injected: bool = False
     received_at: float = 0.0  # time.monotonic() when the request arrived
     in_flight: int = 0  # requests of its kind being answered when it arrived, itself included
+    repo_type: str | None = None  # "space" or "dataset" for the repo routes
 
 
 @dataclass
@@ -391,11 +447,14 @@ class Injection:
     method: str | None = None
     delay: float = 0.0
     hits: int = 0
+    repo_type: str | None = None
 
     def matches(self, request: RecordedRequest) -> bool:
         if self.remaining is not None and self.remaining <= 0:
             return False
         if self.repo_id is not None and request.repo_id != self.repo_id:
+            return False
+        if self.repo_type is not None and request.repo_type != self.repo_type:
             return False
         if self.method is not None and request.method != self.method.upper():
             return False
@@ -470,7 +529,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class HubStub:
-    """An in-memory Hugging Face Hub (Spaces only) served over real HTTP on 127.0.0.1.
+    """An in-memory Hugging Face Hub (Spaces, and dataset repos to read) served over real HTTP on 127.0.0.1.
 
     Invariants: every commit gets a new deterministic 40-hex sha and every old
     revision stays downloadable; listings never show private Spaces; every
@@ -488,6 +547,7 @@ class HubStub:
         self.errors: list[str] = []  # tracebacks of stub bugs (answered as 500); tests should assert it is empty
         self._lock = threading.RLock()
         self._spaces: dict[str, _Space] = {}
+        self._datasets: dict[str, _Dataset] = {}
         self._ids: list[str] = []  # sorted ids of all Spaces (private included)
         self._by_tag: dict[str, list[str]] = {}  # tag -> sorted ids whose head revision has it
         self._version = 0  # bumped on every mutation; invalidates _sort_cache
@@ -593,12 +653,7 @@ class HubStub:
         """
         if not _REPO_ID.fullmatch(repo_id):
             raise ValueError(f"invalid Space id {repo_id!r}")
-        new_files = None if files is None else {self._check_path(p): self._blob(v) for p, v in files.items()}
-        if new_files is not None:
-            parents = {"/".join(p.split("/")[:k]) for p in new_files for k in range(1, p.count("/") + 1)}
-            clash = sorted(parents & set(new_files))
-            if clash:
-                raise ValueError(f"paths used both as a file and a directory: {clash}")
+        new_files = None if files is None else self._tree_files(files)
         with self._lock:
             self._commits += 1
             date = _timestamp(last_modified) if last_modified is not None else _CLOCK_START + self._commits
@@ -645,18 +700,10 @@ class HubStub:
                 final_tags = list(tags)
             final_card = derived_card if card_data is None else json.loads(json.dumps(dict(card_data)))
 
-            digest = hashlib.sha1(f"{repo_id}\n{self._commits}\n{previous.sha if previous else ''}\n".encode())
-            for path in sorted(new_files):
-                digest.update(f"{path}\0{new_files[path].oid}\n".encode())
-            sha = digest.hexdigest()
             title = commit_message or ("initial commit" if previous is None else f"commit {len(space.history) + 1}")
-            last_commit = {}
-            for path, blob in new_files.items():
-                if previous is not None and path in previous.files and previous.files[path].oid == blob.oid:
-                    last_commit[path] = previous.last_commit[path]
-                else:
-                    last_commit[path] = (sha, title, date)
-            space.revisions[sha] = _Revision(sha, date, title, new_files, final_tags, final_card, last_commit)
+            revision = self._new_revision(repo_id, previous, new_files, final_tags, final_card, date, title)
+            sha = revision.sha
+            space.revisions[sha] = revision
             space.history.append(sha)
             created = repo_id not in self._spaces
             if created:
@@ -669,6 +716,79 @@ class HubStub:
             else:
                 self._notify("update", "repo.content", space, old_sha=previous.sha)
             return sha
+
+    def put_dataset(
+        self,
+        repo_id: str,
+        files: Mapping[str, bytes | str] | None = None,
+        *,
+        private: bool | None = None,
+        tags: Iterable[str] | None = None,
+        card_data: Mapping[str, Any] | None = None,
+        likes: int | None = None,
+        downloads: int | None = None,
+        last_modified: datetime | str | float | None = None,
+        commit_message: str | None = None,
+    ) -> str:
+        """Create the dataset repo or commit a new revision of it; return the new 40-hex sha.
+
+        As ``put_space``: ``files`` is the complete tree of the new revision (``None`` keeps the previous one),
+        every revision stays readable by its sha, and ``tags``/``card_data`` left ``None`` come from the README
+        front-matter (tags plus ``region:us``). A new dataset is public unless ``private``.
+        """
+        if not _REPO_ID.fullmatch(repo_id):
+            raise ValueError(f"invalid dataset id {repo_id!r}")
+        new_files = None if files is None else self._tree_files(files)
+        with self._lock:
+            self._commits += 1
+            date = _timestamp(last_modified) if last_modified is not None else _CLOCK_START + self._commits
+            dataset = self._datasets.get(repo_id)
+            if dataset is None:
+                dataset = _Dataset(
+                    repo_id=repo_id,
+                    mongo_id=hashlib.sha1(f"dataset:{repo_id}:{self._commits}".encode()).hexdigest()[:24],
+                    private=False,
+                    created_at=date,
+                )
+            previous = dataset.head_revision if dataset.history else None
+            for name, value in (("private", private), ("likes", likes), ("downloads", downloads)):
+                if value is not None:
+                    setattr(dataset, name, value)
+            if new_files is None:
+                new_files = dict(previous.files) if previous else {}
+            readme = new_files.get("README.md")
+            derived_card, fm_tags = self._card(readme) if readme is not None else (None, [])
+            final_tags = list(tags) if tags is not None else list(dict.fromkeys([*fm_tags, "region:us"]))
+            final_card = derived_card if card_data is None else json.loads(json.dumps(dict(card_data)))
+            title = commit_message or ("initial commit" if previous is None else f"commit {len(dataset.history) + 1}")
+            revision = self._new_revision(f"datasets/{repo_id}", previous, new_files, final_tags, final_card, date,
+                                          title)
+            dataset.revisions[revision.sha] = revision
+            dataset.history.append(revision.sha)
+            self._datasets[repo_id] = dataset
+            self._version += 1
+            return revision.sha
+
+    def dataset_head(self, repo_id: str) -> str:
+        """The sha the dataset's ``main`` points at."""
+        with self._lock:
+            return self._datasets[repo_id].history[-1]
+
+    def dataset_revisions(self, repo_id: str) -> list[str]:
+        """All shas of the dataset, oldest first."""
+        with self._lock:
+            return list(self._datasets[repo_id].history)
+
+    def set_dataset_private(self, repo_id: str, private: bool = True) -> None:
+        with self._lock:
+            self._datasets[repo_id].private = private
+            self._version += 1
+
+    def delete_dataset(self, repo_id: str) -> None:
+        """Remove the dataset and all its revisions (every route then answers as for a missing repo)."""
+        with self._lock:
+            del self._datasets[repo_id]
+            self._version += 1
 
     def reset_space(self, repo_id: str, sha: str) -> None:
         """Force-push ``main`` back to an earlier commit ``sha`` of this Space (no new commit is made)."""
@@ -951,6 +1071,7 @@ class HubStub:
         method: str | None = None,
         repo_id: str | None = None,
         injected: bool | None = None,
+        repo_type: str | None = None,
     ) -> int:
         """How many recorded requests match all the given criteria."""
         return sum(
@@ -960,6 +1081,7 @@ class HubStub:
             and (method is None or r.method == method.upper())
             and (repo_id is None or r.repo_id == repo_id)
             and (injected is None or r.injected == injected)
+            and (repo_type is None or r.repo_type == repo_type)
         )
 
     def inject(
@@ -974,12 +1096,14 @@ class HubStub:
         repo_id: str | None = None,
         method: str | None = None,
         delay: float = 0.0,
+        repo_type: str | None = None,
     ) -> Injection:
         """Answer the next ``times`` matching requests (``None``: all of them) with ``status``.
 
         ``match`` is a route kind (``list``, ``info``, ``tree``, ``paths_info``,
         ``resolve``, ``whoami``, ``unknown``) or a predicate on the
-        ``RecordedRequest``; ``repo_id`` and ``method`` narrow it further.
+        ``RecordedRequest``; ``repo_id``, ``method`` and ``repo_type`` (``space``,
+        ``dataset``) narrow it further.
         ``retry_after`` becomes the ``Retry-After`` header; ``body`` defaults
         to ``{"error": "injected <status>"}``. ``delay`` sleeps before
         answering; with ``status=None`` the real answer follows the delay.
@@ -988,7 +1112,8 @@ class HubStub:
         """
         if isinstance(match, str) and match not in KINDS:
             raise ValueError(f"unknown route kind {match!r}; expected one of {KINDS}")
-        injection = Injection(match, status, times, retry_after, body, headers, repo_id, method, delay)
+        injection = Injection(match, status, times, retry_after, body, headers, repo_id, method, delay,
+                              repo_type=repo_type)
         with self._lock:
             self._injections.append(injection)
         return injection
@@ -1012,6 +1137,30 @@ class HubStub:
             return value
         data = value.encode() if isinstance(value, str) else bytes(value)
         return _Blob(data, git_blob_oid(data))
+
+    def _tree_files(self, files: Mapping[str, bytes | str]) -> dict[str, _Blob]:
+        """A revision's files, checked: valid paths, none used both as a file and a directory."""
+        new_files = {self._check_path(p): self._blob(v) for p, v in files.items()}
+        parents = {"/".join(p.split("/")[:k]) for p in new_files for k in range(1, p.count("/") + 1)}
+        clash = sorted(parents & set(new_files))
+        if clash:
+            raise ValueError(f"paths used both as a file and a directory: {clash}")
+        return new_files
+
+    def _new_revision(self, key: str, previous: _Revision | None, files: dict[str, _Blob], tags: list[str],
+                      card: dict | None, date: float, title: str) -> _Revision:
+        """The next commit of a repo (``key`` names it; called with the lock held, after ``_commits`` moved on)."""
+        digest = hashlib.sha1(f"{key}\n{self._commits}\n{previous.sha if previous else ''}\n".encode())
+        for path in sorted(files):
+            digest.update(f"{path}\0{files[path].oid}\n".encode())
+        sha = digest.hexdigest()
+        last_commit = {}
+        for path, blob in files.items():
+            if previous is not None and path in previous.files and previous.files[path].oid == blob.oid:
+                last_commit[path] = previous.last_commit[path]
+            else:
+                last_commit[path] = (sha, title, date)
+        return _Revision(sha, date, title, files, tags, card, last_commit)
 
     def _card(self, readme: _Blob) -> tuple[dict | None, list[str]]:
         cached = self._card_cache.get(readme.oid)
@@ -1090,6 +1239,7 @@ class HubStub:
             repo_id=repo_id,
             headers={k.lower(): v for k, v in handler.headers.items()},
             received_at=received_at,
+            repo_type=_repo_type(split.path),
         )
         with self._lock:
             self._in_flight[kind] = record.in_flight = self._in_flight.get(kind, 0) + 1
@@ -1214,6 +1364,21 @@ class HubStub:
             if tail[0] == "xet-write-token":
                 return "xet", repo_id, lambda: _error(
                     501, "The Hub stand-in speaks LFS, not Xet: run the client with HF_HUB_DISABLE_XET=1")
+        if len(segs) >= 3 and segs[:2] == ["api", "datasets"]:
+            repo_id = "/".join(unquote(s) for s in segs[2:4])
+            tail = segs[4:]
+            if not tail or (tail[0] == "revision" and len(tail) == 2):
+                rev = unquote(tail[1]) if tail else None
+                return "info", repo_id, only(("GET",), lambda: self._dataset_info(repo_id, rev, query, headers))
+            if tail[0] == "tree" and len(tail) >= 2:
+                rev = unquote(tail[1])
+                path = "/".join(unquote(s) for s in tail[2:]).strip("/")
+                return "tree", repo_id, only(("GET",), lambda: self._tree(
+                    raw_path, repo_id, rev, path, pairs, query, repo_type="dataset", headers=headers))
+            if tail[0] == "paths-info" and len(tail) == 2:
+                rev = unquote(tail[1])
+                return "paths_info", repo_id, only(("POST",), lambda: self._paths_info(
+                    repo_id, rev, body, repo_type="dataset", headers=headers))
         if len(segs) == 3 and segs[:2] == ["api", "spaces"]:
             repo_id = unquote(segs[2])
             missing = _error(404, f"Repository {repo_id} not found", "RepoNotFound")
@@ -1236,11 +1401,13 @@ class HubStub:
         if len(segs) == 3 and segs[0] == "lfs-verify":
             repo_id = f"{unquote(segs[1])}/{unquote(segs[2])}"
             return "lfs", repo_id, only(("POST",), lambda: self._lfs_verify(repo_id, body))
-        if len(segs) >= 6 and segs[0] == "spaces" and segs[3] == "resolve":
+        if len(segs) >= 6 and segs[0] in ("spaces", "datasets") and segs[3] == "resolve":
             repo_id = f"{unquote(segs[1])}/{unquote(segs[2])}"
             rev = unquote(segs[4])
             path = "/".join(unquote(s) for s in segs[5:])
-            return "resolve", repo_id, only(("GET", "HEAD"), lambda: self._resolve(method, repo_id, rev, path, headers))
+            repo_type = "space" if segs[0] == "spaces" else "dataset"
+            return "resolve", repo_id, only(("GET", "HEAD"), lambda: self._resolve(
+                method, repo_id, rev, path, headers, repo_type=repo_type))
         return "unknown", None, lambda: _error(404, f"Sorry, we can't find the page you are looking for: {raw_path}")
 
     def _next_link(self, raw_path: str, pairs: list[tuple[str, str]], cursor: dict) -> tuple[str, str]:
@@ -1400,14 +1567,88 @@ class HubStub:
             # resourceGroup: Spaces outside an organization resource group have none.
         return item
 
-    def _lookup(self, repo_id: str, rev: str) -> tuple[_Space, _Revision] | _Response:
-        space = self._visible(repo_id)
-        if space is None:
-            return _error(404, f"Repository {repo_id} not found", "RepoNotFound")
-        revision = self._revision(space, rev)
+    def _lookup(self, repo_id: str, rev: str, repo_type: str = "space",
+                headers: Mapping[str, str] | None = None) -> tuple[Any, _Revision] | _Response:
+        if repo_type == "dataset":
+            repo = self._readable_dataset(repo_id, headers or {})
+            if isinstance(repo, _Response):
+                return repo
+        else:
+            repo = self._visible(repo_id)
+            if repo is None:
+                return _error(404, f"Repository {repo_id} not found", "RepoNotFound")
+        revision = self._revision(repo, rev)
         if revision is None:
             return _error(404, f"Invalid rev id: {rev}", "RevisionNotFound")
-        return space, revision
+        return repo, revision
+
+    def _readable_dataset(self, repo_id: str, headers: Mapping[str, str]) -> _Dataset | _Response:
+        """The dataset, or the Hub's answer to a caller who may not see it (a missing repo answers the same)."""
+        identity = None
+        if headers.get("Authorization"):
+            identity = self._identity(headers)
+            if identity is None:
+                return _error(401, "Invalid credentials in Authorization header")
+        dataset = self._datasets.get(repo_id)
+        if dataset is not None and (not dataset.private or (identity is not None and (
+                dataset.author == identity["name"] or any(o["name"] == dataset.author for o in identity["orgs"])))):
+            return dataset
+        if identity is None:
+            return _error(401, "Invalid username or password.", "RepoNotFound")
+        return _error(404, "Repository not found", "RepoNotFound")
+
+    def _dataset_info(self, repo_id: str, rev: str | None, query: dict[str, list[str]],
+                      headers: Mapping[str, str]) -> _Response:
+        found = self._lookup(repo_id, rev or "main", "dataset", headers)
+        if isinstance(found, _Response):
+            return found
+        dataset, revision = found
+        expand = query.get("expand", [])
+        unknown = [e for e in expand if e not in _DATASET_EXPANDABLE]
+        if unknown:
+            return _error(400, f'"expand" must be one of {sorted(_DATASET_EXPANDABLE)}; got {unknown}')
+        blobs = (query.get("blobs") or [""])[-1].lower() in ("true", "1")
+        item: dict[str, Any] = {"_id": dataset.mongo_id, "id": dataset.repo_id}
+        for name in expand or _DATASET_FULL_FIELDS:
+            if name == "author":
+                item[name] = dataset.author
+            elif name == "sha":
+                item[name] = revision.sha
+            elif name == "lastModified":
+                item[name] = _iso(revision.date)
+            elif name == "createdAt":
+                item[name] = _iso(dataset.created_at)
+            elif name in ("private", "likes", "downloads"):
+                item[name] = getattr(dataset, name)
+            elif name in ("gated", "disabled"):
+                item[name] = False
+            elif name == "downloadsAllTime":
+                item[name] = dataset.downloads
+            elif name == "tags":
+                item[name] = list(revision.tags)
+            elif name == "cardData":
+                if revision.card_data is not None:
+                    item[name] = revision.card_data
+            elif name == "siblings":
+                siblings = []
+                for path in revision.paths:
+                    sibling: dict[str, Any] = {"rfilename": path}
+                    if blobs:
+                        blob = revision.files[path]
+                        sibling["size"] = self._size(repo_id, path, len(blob.data))
+                        sibling["blobId"] = blob.oid
+                        if blob.lfs is not None:
+                            sibling["lfs"] = {"sha256": blob.lfs, "size": len(blob.data), "pointerSize": 134}
+                    siblings.append(sibling)
+                item[name] = siblings
+            elif name in ("usedStorage", "mainSize"):
+                item[name] = sum(len(b.data) for b in revision.files.values())
+            elif name in ("citation", "description", "paperswithcode_id"):
+                item[name] = None
+            elif name == "trendingScore":
+                item[name] = 0
+            # resourceGroup: datasets outside an organization resource group have none.
+        return _json_response(200, item)
 
     def _info(self, repo_id: str, rev: str | None, query: dict[str, list[str]]) -> _Response:
         found = self._lookup(repo_id, rev or "main")
@@ -1438,8 +1679,10 @@ class HubStub:
         path: str,
         pairs: list[tuple[str, str]],
         query: dict[str, list[str]],
+        repo_type: str = "space",
+        headers: Mapping[str, str] | None = None,
     ) -> _Response:
-        found = self._lookup(repo_id, rev)
+        found = self._lookup(repo_id, rev, repo_type, headers)
         if isinstance(found, _Response):
             return found
         _, revision = found
@@ -1463,8 +1706,9 @@ class HubStub:
         headers = [self._next_link(raw_path, pairs, {"offset": end})] if end < len(paths) else []
         return _json_response(200, page, headers)
 
-    def _paths_info(self, repo_id: str, rev: str, body: bytes) -> _Response:
-        found = self._lookup(repo_id, rev)
+    def _paths_info(self, repo_id: str, rev: str, body: bytes, repo_type: str = "space",
+                    headers: Mapping[str, str] | None = None) -> _Response:
+        found = self._lookup(repo_id, rev, repo_type, headers)
         if isinstance(found, _Response):
             return found
         _, revision = found
@@ -1477,8 +1721,9 @@ class HubStub:
                 out.append(self._tree_entry(repo_id, entries[value.strip("/")], expand))
         return _json_response(200, out)
 
-    def _resolve(self, method: str, repo_id: str, rev: str, path: str, headers: Mapping[str, str]) -> _Response:
-        found = self._lookup(repo_id, rev)
+    def _resolve(self, method: str, repo_id: str, rev: str, path: str, headers: Mapping[str, str],
+                 repo_type: str = "space") -> _Response:
+        found = self._lookup(repo_id, rev, repo_type, headers)
         if isinstance(found, _Response):
             return found
         _, revision = found
