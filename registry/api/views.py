@@ -35,6 +35,7 @@ from registry.api.params import EnvironmentListParams
 from registry.api.throttling import rate_limit_headers
 from registry.models import ID_PART, ApiToken, Environment, Evaluation, EvaluationRun, OwnerAction, Revision, ValidationRun
 from registry.moved import EnvironmentMoved, moved_redirect
+from registry.evaluation import ingest
 from registry.services import evaluation, owner, validation
 
 class Conflict(APIException):
@@ -570,8 +571,6 @@ class EvaluationList(EnvironmentMixin, generics.GenericAPIView):
             raise PermissionDenied(EvaluationSubmitters.message)
         if not isinstance(request.data, dict):
             raise ValidationError({"body": ["a JSON object"]})
-        from registry.evaluation import ingest
-
         try:
             submission = ingest.read_submission(request.data, max_episodes=settings.HUB_EVAL_MAX_EPISODES)
         except ingest.IngestError as exc:

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from registry import evalstats
 from registry.conformance import static
+from registry.evaluation import ingest
 from registry.evaluation.episodes import ENDINGS, PlayedEvaluation
 from registry.identity import HubUser
 from registry.models import Environment, Evaluation, EvaluationRun, Revision, ValidationRun
@@ -76,12 +77,10 @@ def _episode_problems(played: PlayedEvaluation, revision: Revision) -> str:
             return f"episode {index}: steps must be a whole number of at least 0"
         if episode.ended not in ENDINGS:
             return f"episode {index}: ended must be one of {', '.join(ENDINGS)}"
-        # The declared range bounds each step's reward; an episode's reward is their sum.
-        steps = max(1, episode.steps)
-        lo, hi = min(low, low * steps), max(high, high * steps)
-        if not lo <= reward <= hi:
-            return (f"episode {index}: reward {reward:g} is outside what {steps} step(s) can earn in the declared "
-                    f"range [{low:g}, {high:g}]")
+    try:  # the declared range bounds each step's reward; an episode's reward is at most their sum
+        ingest.check_reward_range(episodes, low, high)
+    except (ingest.IngestError, ValueError) as exc:
+        return str(exc)
     for name in ("agent", "harness"):
         value = getattr(played, name)
         if not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT:
@@ -250,7 +249,6 @@ def evaluation_import(*, environment: Environment, dataset: str, dataset_revisio
     the explicit `mapping`), and stores the episodes as an imported result of `revision` (default: head).
     Importing the same dataset commit twice returns the first row. Raises EvaluationRefused (503 when the Hub
     cannot be read)."""
-    from registry.evaluation import ingest
     from registry.hub import DatasetNotFound, HubClient, HubError
 
     client = client or HubClient()
@@ -279,10 +277,8 @@ def evaluation_import(*, environment: Environment, dataset: str, dataset_revisio
         raise EvaluationRefused(f"the dataset belongs to {match.repo_id}, not {environment.repo_id}")
     target = _revision_of(environment, revision)
     meta = collected.metadata
-    played = PlayedEvaluation(
-        agent=(meta.model or meta.provider or "unknown")[:200], agent_kind="model" if meta.model else "policy",
-        harness="openenv collect", harness_version="", client_version="",
-        episodes=collected.episodes, notes=[match.detail, *collected.notes])
+    played = collected.played()
+    played.notes.insert(0, match.detail)
     source = {"dataset": dataset, "dataset_revision": facts.sha, "matched_by": match.matched_by,
               "env_base_url": meta.env_base_url, "provider": meta.provider}
     return evaluation_record(revision=target, provenance=Evaluation.Provenance.IMPORTED, played=played,

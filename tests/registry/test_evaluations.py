@@ -3,9 +3,11 @@ ranked with their intervals on the page and in the API, and the run state machin
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -14,7 +16,7 @@ from django.utils import timezone
 from registry import evalstats, selectors, services
 from registry.evaluation.episodes import DONE, STEP_BOUND, EpisodeResult, PlayedEvaluation
 from registry.models import Environment, Evaluation, EvaluationRun, ValidationRun
-from registry.services import evaluation, validation
+from registry.services import accounts, evaluation, validation
 
 pytestmark = pytest.mark.django_db
 
@@ -70,7 +72,7 @@ def test_statistics_are_computed_from_the_episodes(maze):
 @pytest.mark.parametrize("rewards, steps, message", [
     ([0.5, float("nan")], 5, "finite number"),
     ([0.5, float("inf")], 5, "finite number"),
-    ([0.5, 7.0], 5, "outside what 5 step(s) can earn in the declared range [0, 1]"),
+    ([0.5, 7.0], 5, "reward 7.0 is outside [0, 5], the declared per-step range [0, 1] over 5 steps"),
     ([0.5, -0.1], 5, "outside"),
     ([], 5, "at least one episode"),
     ([0.5, True], 5, "finite number"),
@@ -218,3 +220,105 @@ def test_semantic_checks_join_the_validation_report_and_its_verdict(maze):
     assert [r["check_id"] for r in run.report["results"]] == ["hub.reward_spread"]
     assert run.outcome == "warn" and run.report["verdict"] == "warn"  # a warn-severity check that failed
     assert env().verdict_outcome == "warn"
+
+
+# --- submissions and imports through the API ---------------------------------------------------------------
+
+COLLECT = Path(__file__).resolve().parents[1] / "data" / "collect" / "counter-run"
+
+
+def submission(sha: str, rewards=(1.0, 0.0, 0.5, 0.5), key="run-0001-alice", **extra) -> dict:
+    body = {
+        "config": {"harness_name": "my-harness", "harness_version": "1.2.0", "library_versions": {"openenv": "0.10.0"},
+                   "dataset": "alice/maze-tasks", "eval_parameters": {"num_episodes": len(rewards)}},
+        "scores": {"mean_reward": sum(rewards) / len(rewards)},
+        "revision": sha[:9], "agent": {"name": "Qwen/Qwen2.5-7B-Instruct", "kind": "model"},
+        "episodes": [{"reward": r, "seed": i, "steps": 3} for i, r in enumerate(rewards)],
+        "idempotency_key": key,
+    }
+    body.update(extra)
+    return body
+
+
+def submit(body, token=None, raw: str | None = None):
+    headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if token else {}
+    data = raw if raw is not None else json.dumps(body)
+    return Client().post("/api/v1/environments/alice/maze/evaluations/", data, content_type="application/json",
+                         **headers)
+
+
+def personal_token(name: str, *scopes: str) -> str:
+    user = accounts.account_sign_in(claims={"sub": f"id-{name}", "preferred_username": name})
+    return accounts.api_token_create(user=user, name="ci", scopes=scopes, days=1)[1]
+
+
+def test_a_self_reported_result_needs_the_evaluate_scope_or_the_owners_hub_token(maze):
+    maze.add_token("hf_alice", "alice")
+    maze.add_token("hf_mallory", "mallory")
+    sha = env().head.sha
+    assert submit(submission(sha)).status_code == 401
+    publish_only = submit(submission(sha), token=personal_token("bob", "publish"))
+    assert publish_only.status_code == 403 and "evaluate" in publish_only.json()["error"]["message"]
+    assert submit(submission(sha), token="hf_mallory").status_code == 403  # a stranger's Hub token
+    assert not Evaluation.objects.exists()
+
+    community = submit(submission(sha), token=personal_token("carol", "evaluate"))
+    assert community.status_code == 201, community.json()
+    row = community.json()
+    assert (row["provenance"], row["submitted_by"], row["episode_count"]) == ("self_reported", "hf:carol", 4)
+    assert row["mean"] == 0.5 and row["ci_method"] == "bootstrap" and row["revision"] == sha
+    assert row["source"]["harness_name"] == "my-harness" and row["client_version"] == "0.10.0"
+    again = submit(submission(sha), token=personal_token("carol2", "evaluate"))
+    assert again.status_code == 200 and again.json()["id"] == row["id"]  # the same key and episodes
+    changed = submit(submission(sha, rewards=(1.0, 1.0, 1.0, 1.0)), token="hf_alice")
+    assert changed.status_code == 409 and changed.json()["error"]["code"] == "conflict"
+    owner = submit(submission(sha, key="run-0002-alice"), token="hf_alice")
+    assert owner.status_code == 201 and owner.json()["submitted_by"] == "hf:alice"
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"scores": {"mean_reward": 0.9}}, "disagree"),
+    ({"revision": "0123456789"}, "no single revision"),
+    ({"episodes": [{"reward": 9.0, "steps": 3}] * 4, "scores": {"mean_reward": 9.0}}, "outside"),
+    ({"config": {"harness_name": "h", "harness_version": "1", "library_versions": {}, "dataset": "d",
+                 "eval_parameters": {"num_episodes": 5}}}, "says 5 episodes but 4 were submitted"),
+])
+def test_a_bad_submission_is_refused_with_its_reason_and_nothing_is_stored(maze, change, message):
+    token = personal_token("carol", "evaluate")
+    body = {**submission(env().head.sha), **change}
+    answer = submit(body, token=token)
+    assert answer.status_code == 400, answer.json()
+    assert message in json.dumps(answer.json()["error"])
+    assert not Evaluation.objects.exists()
+
+
+def test_nan_in_a_submission_is_refused(maze):
+    raw = json.dumps(submission(env().head.sha)).replace('"reward": 1.0', '"reward": NaN', 1)
+    answer = submit(None, token=personal_token("carol", "evaluate"), raw=raw)
+    assert answer.status_code == 400 and "NaN" in json.dumps(answer.json()) and not Evaluation.objects.exists()
+
+
+def test_an_openenv_collect_dataset_is_imported_pinned_to_its_commit(hub_stub, settings):
+    settings.HUB_VALIDATE_NEW_REVISIONS = False
+    hub_stub.put_space("openenv/counter_env", MAZE)  # its Space host is https://openenv-counter-env.hf.space
+    services.hub_sync()
+    files = {p.name: p.read_bytes() for p in COLLECT.iterdir() if p.is_file()}
+    sha = hub_stub.put_dataset("carol/counter-runs", files)
+    hub_stub.put_dataset("carol/counter-runs", {**files, "results.jsonl": b"not json\n"})  # a later, broken commit
+    hub_stub.add_token("hf_openenv", "openenv")
+    url = "/api/v1/environments/openenv/counter_env/evaluations/import/"
+    post = lambda body, token="hf_openenv": Client().post(  # noqa: E731
+        url, json.dumps(body), content_type="application/json", HTTP_AUTHORIZATION=f"Bearer {token}")
+    answer = post({"dataset": "carol/counter-runs", "dataset_revision": sha})
+    assert answer.status_code == 201, answer.json()
+    row = answer.json()
+    assert row["provenance"] == "imported" and row["episode_count"] == 4
+    assert row["source"]["dataset_revision"] == sha and row["source"]["matched_by"] == "env_base_url"
+    assert any("env_base_url" in note for note in row["notes"])
+    assert post({"dataset": "carol/counter-runs", "dataset_revision": sha}).status_code == 200  # once per commit
+    broken = post({"dataset": "carol/counter-runs"})  # its head: the broken commit
+    assert broken.status_code == 400 and "results.jsonl line 1" in json.dumps(broken.json())
+    hub_stub.add_token("hf_mallory", "mallory")
+    assert post({"dataset": "carol/counter-runs", "dataset_revision": sha}, token="hf_mallory").status_code == 403
+    assert post({"dataset": "carol/nothing-here"}).status_code == 400
+    assert Evaluation.objects.count() == 1
