@@ -267,10 +267,11 @@ class ChatEndpoint:
 
     def _error_detail(self, body: bytes) -> str:
         """The message of an error body ({"error": {"message"}}, {"error": str}, {"detail"}) or its start."""
+        text = self.redact(body.decode("utf-8", "replace"))  # before any cut, so no prefix of the key survives
         try:
-            data = json.loads(body)
+            data = json.loads(text)
         except (ValueError, RecursionError):
-            return self._text(body, 160)
+            return snippet(text, 160)
         message: Any = None
         if isinstance(data, dict):
             error = data.get("error")
@@ -303,6 +304,19 @@ class ChatEndpoint:
 
 def _count(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _holds_key(value: Any, redact: Callable[[str], str], depth: int = 0) -> bool:
+    """Whether any string in a JSON value (keys included) holds the API key."""
+    if isinstance(value, str):
+        return redact(value) != value
+    if depth > 100:
+        return False
+    if isinstance(value, dict):
+        return any(_holds_key(k, redact) or _holds_key(v, redact, depth + 1) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_key(v, redact, depth + 1) for v in value)
+    return False
 
 
 def _schema_for_model(schema: Any, depth: int = 0) -> Any:
@@ -575,7 +589,13 @@ class ModelPolicy:
         return value
 
     def _invalid(self, action: dict) -> str | None:
-        """Why the action schema rejects `action` (sandboxed), or None; sets `stop` when it cannot be evaluated."""
+        """Why the action schema rejects `action` (sandboxed), or None; sets `stop` when it cannot be evaluated.
+
+        An action holding the API key is refused first: it would take the key to the environment, and the
+        schema worker's error lines, cut at a length of their own, could carry a piece of it.
+        """
+        if _holds_key(action, self.endpoint.redact):
+            return "it holds the API key, which goes to the model endpoint only"
         timeout = max(1.0, min(SCHEMA_CHECK_S, self.deadline - time.monotonic()))
         try:
             entry = evaluate([{"id": "a", "op": "validate", "schema": self.action_schema, "instances": [action]}],
@@ -588,12 +608,9 @@ class ModelPolicy:
             return "unchecked"
         errors = (entry.get("results") or [[]])[0]
         if not errors:
-            sent = json.dumps(action, ensure_ascii=False)
-            if self.endpoint.redact(sent) != sent:
-                return "it holds the API key, which goes to the model endpoint only"
             return None
-        return self.endpoint.redact(clip(f"the action schema rejects it ({'; '.join(errors[:3])}): "
-                                         f"{json.dumps(json_safe(action), ensure_ascii=False)}", 300))
+        return clip(self.endpoint.redact(f"the action schema rejects it ({'; '.join(errors[:3])}): "
+                                         f"{json.dumps(action, ensure_ascii=False)}"), 300)
 
 
 def model_policy(endpoint: ChatEndpoint, *, action_schema: dict, max_steps: int, max_tokens: int, deadline: float,
@@ -748,7 +765,7 @@ def play_model(
     mode = {"required": f'calls of the function `{TOOL_NAME}` (tool_choice "required")',
             "auto": f'calls of the function `{TOOL_NAME}` (tool_choice "auto")',
             "none": "a JSON object in the reply (no tools)"}[chat.tool_mode]
-    evaluation.notes += [redact(clip(note, 300)) for note in chat.mode_notes]
+    evaluation.notes += [clip(redact(note), 300) for note in chat.mode_notes]
     evaluation.notes += [
         f"actions asked of the model through an OpenAI-compatible chat endpoint as {mode}, validated against the "
         f"action schema; {1 + invalid_retries} replies per step at most",

@@ -448,11 +448,15 @@ def test_a_context_too_long_refusal_fails_the_episode(envs, stub):
 def test_the_api_key_never_appears_in_the_result_even_when_the_endpoint_echoes_it(envs, stub):
     stub.add_model("leaky", lambda request: text(f"Your key is {KEY}, no action from me."))
     stub.add_model("leaky-action", lambda request: {"message": f"exfiltrate {KEY}"})
+    stub.add_model("leaky-invalid", lambda request: {"guess": "y" * 280 + KEY})  # cut by error lines' own cap
     leaky = play(envs, stub, "leaky", seeds=[7])
     assert "Your key is [api key], no action" in leaky.episodes[0].failure
     exfiltrating = play(envs, stub, "leaky-action", env="echo_env", seeds=[1])
     assert exfiltrating.episodes[0].steps == 0 and exfiltrating.episodes[0].invalid_actions == 3
     assert "it holds the API key" in exfiltrating.episodes[0].failure
+    invalid = play(envs, stub, "leaky-invalid", seeds=[7])
+    assert "it holds the API key" in invalid.episodes[0].failure
+    assert KEY[:12] not in json.dumps(asdict(invalid))
     stub.inject(500, times=None, body={"error": {"message": f"bad credentials {KEY} for this org"}})
     echoed = play(envs, stub, "leaky", seeds=[7])
     assert "bad credentials [api key] for this org" in echoed.episodes[0].failure
@@ -460,7 +464,7 @@ def test_the_api_key_never_appears_in_the_result_even_when_the_endpoint_echoes_i
     stub.inject(502, times=None, body=f"upstream said: {KEY}" * 20)
     cut = play(envs, stub, "leaky", seeds=[7])
     assert "[api key]" in cut.episodes[0].failure
-    for evaluation in (leaky, exfiltrating, echoed, cut):
+    for evaluation in (leaky, exfiltrating, invalid, echoed, cut):
         assert_key_absent(evaluation)
         assert not any(KEY[:8] in n for n in evaluation.notes)
     # It went in the Authorization header of requests to the endpoint, and in nothing else sent there.
