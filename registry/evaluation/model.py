@@ -438,7 +438,7 @@ class ModelPolicy:
                                          f"{episode.steps_ok} step(s)")
                 return None
             try:
-                completion = self._ask(turn, episode.steps_ok)
+                completion = self._ask(turn)
             except EndpointError as exc:
                 self._endpoint_failed(exc, step)
                 return None
@@ -497,7 +497,7 @@ class ModelPolicy:
             kept.insert(0, earlier)
         return [{"role": "system", "content": self._system()}, *(m for t in kept for m in t), *turn]
 
-    def _ask(self, turn: list[dict], steps: int) -> Completion:
+    def _ask(self, turn: list[dict]) -> Completion:
         """One completion for the conversation so far, stepping the tool mode down while the endpoint refuses it."""
         while True:
             allowed = min(self.max_tokens_per_call, max(1, self.max_tokens - self.tokens))
