@@ -242,17 +242,23 @@ class ProbeClient:
     def url(self, path: str) -> str:
         return self.base_url + path
 
-    def request(self, method: str, path: str, *, timeout_s: float, json_body: Any = None) -> Response:
-        """One request with a wall-clock deadline and a body cap; never follows a redirect."""
+    def request(
+        self, method: str, path: str, *, timeout_s: float, json_body: Any = None, headers: dict[str, str] | None = None,
+    ) -> Response:
+        """One request with a wall-clock deadline and a body cap; never follows a redirect.
+
+        `headers` go with this request only (an API key goes to the one host this client may reach, and a redirect,
+        never followed, cannot carry it elsewhere).
+        """
         if timeout_s <= 0:
             raise RequestTimeout(f"{method} {path}: no time left")
         started = time.monotonic()
         if self.uds:
             self._check_uds(method, path, timeout_s)
-        kwargs: dict[str, Any] = {"timeout": httpx.Timeout(timeout_s)}
+        kwargs: dict[str, Any] = {"timeout": httpx.Timeout(timeout_s), "headers": dict(headers or {})}
         if json_body is not None:
             kwargs["content"] = json.dumps(json_body).encode()
-            kwargs["headers"] = {"Content-Type": "application/json"}
+            kwargs["headers"]["Content-Type"] = "application/json"
         with _watchdog(timeout_s) as (extensions, expired):
             try:
                 with self._http().stream(method, self.url(path), extensions=extensions, **kwargs) as response:
