@@ -446,7 +446,9 @@ HUB_EVAL_HARD_LIMIT_S = HUB_EVAL_SOFT_LIMIT_S + 60
 # without it, model evaluations are refused. The key is sent to that endpoint only.
 HUB_EVAL_OPENAI_BASE_URL = env_str("HUB_EVAL_OPENAI_BASE_URL")
 HUB_EVAL_OPENAI_API_KEY = env_str("HUB_EVAL_OPENAI_API_KEY")
-HUB_EVAL_MAX_TOKENS = env_int("HUB_EVAL_MAX_TOKENS", 512)
+# A model's tokens: per episode (the sum of its replies' usage), and per request.
+HUB_EVAL_MAX_TOKENS = env_int("HUB_EVAL_MAX_TOKENS", 32_000)
+HUB_EVAL_MAX_TOKENS_PER_CALL = env_int("HUB_EVAL_MAX_TOKENS_PER_CALL", 1024)
 # Self-reported and imported results: at most this many episodes and bytes.
 HUB_EVAL_MAX_EPISODES = env_int("HUB_EVAL_MAX_EPISODES", 10_000)
 HUB_EVAL_MAX_BYTES = env_int("HUB_EVAL_MAX_BYTES", 8 * 1024 * 1024)

@@ -303,6 +303,7 @@ def evaluation_execute(run, *, checkpoint: Callable[[], None]):
             client, endpoint=settings.HUB_EVAL_OPENAI_BASE_URL, api_key=settings.HUB_EVAL_OPENAI_API_KEY,
             model=run.subject, action_schema=action_schema, seeds=list(range(episodes)),
             max_steps=settings.HUB_EVAL_MAX_STEPS, max_tokens=settings.HUB_EVAL_MAX_TOKENS,
+            max_tokens_per_call=settings.HUB_EVAL_MAX_TOKENS_PER_CALL,
             episode_deadline_s=settings.HUB_EVAL_EPISODE_S, total_deadline_s=total_s,
             request_timeout_s=min(120.0, settings.HUB_EVAL_EPISODE_S), on_progress=checkpoint)
         return [played], {"notes": list(played.notes)}, client.base_url
