@@ -78,3 +78,43 @@ def test_a_pass_gets_a_baseline_and_semantic_checks_from_the_worker(guess_space,
     assert [r["agent"] for r in board["rows"]] == sorted(rows, key=lambda a: -rows[a].mean)
     badge = json.loads(Client().get(f"/badges/{GUESS}/score.json").content)
     assert badge["message"].endswith(board["rows"][0]["agent"])
+
+
+def test_an_owner_asks_for_a_model_evaluation_and_the_worker_plays_it(guess_space, corpus_stub, validation_settings,
+                                                                       tmp_path):
+    from tests.registry.test_model_player import bisect
+    from tests.support.openai_stub import OpenAIStub, text
+
+    key = "sk-worker-test-9a8b7c6d"
+    corpus_stub.add_token("hf_openenv", "openenv")
+    with OpenAIStub(api_key=key) as models:
+        models.add_model("acme/bisect-7b", bisect)
+        models.add_model("acme/babbler", lambda request: text("I would rather talk about the weather."))
+        endpoint = f"{models.url}/v1"
+        validation_settings.HUB_EVAL_OPENAI_BASE_URL = endpoint
+        env_vars = worker_env(validation_settings, HUB_EVAL_OPENAI_BASE_URL=endpoint, HUB_EVAL_OPENAI_API_KEY=key,
+                              HUB_EVAL_BASELINE="false")
+        log = tmp_path / "worker.log"
+        validation_settings.HUB_EVAL_BASELINE = False
+        with celery_worker(queues="validation,evaluation", env=env_vars, log=log):
+            run, _ = validation.validation_run_request(revision=guess().head, trigger=ValidationRun.Trigger.REQUEST,
+                                                       runner="space")
+            wait_for(lambda: ValidationRun.objects.filter(pk=run.pk, state="finished").exists(), timeout=300,
+                     what=f"the validation (worker log: {log})")
+            for model in ("acme/bisect-7b", "acme/babbler"):
+                answer = Client().post(f"/api/v1/environments/{GUESS}/evaluations/runs/",
+                                       json.dumps({"model": model, "episodes": 3}), content_type="application/json",
+                                       HTTP_AUTHORIZATION="Bearer hf_openenv")
+                assert answer.status_code == 202, answer.json()
+            wait_for(lambda: EvaluationRun.objects.filter(kind="model", state="finished").count() == 2, timeout=300,
+                     what=f"two model evaluations (worker log: {log})")
+        assert models.errors == []
+    good = Evaluation.objects.get(agent="acme/bisect-7b")
+    assert (good.provenance, good.agent_kind, good.episode_count) == ("hub_run", "model", 3)
+    assert good.mean == 1.0 and all(e["ended"] == "done" for e in good.episodes)  # bisection finds every secret
+    babbler = Evaluation.objects.get(agent="acme/babbler")
+    assert babbler.mean == 0.0 and all(e["ended"] == "failed" and e["invalid_actions"] >= 1 for e in babbler.episodes)
+    assert key not in json.dumps([babbler.episodes, babbler.notes, good.notes])
+    refused = Client().post(f"/api/v1/environments/{GUESS}/evaluations/runs/", json.dumps({"model": "x"}),
+                            content_type="application/json")
+    assert refused.status_code == 401
