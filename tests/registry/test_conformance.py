@@ -22,6 +22,7 @@ from registry import manifest as mf
 from registry.conformance import probe, schema, static
 from registry.conformance.http import BodyTooLarge, HostNotAllowed, ProbeClient, RequestTimeout, check_url
 from registry.conformance.report import CheckResult
+from registry.evaluation import baseline
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "openenv-envs"
 CORPUS_NAMES = sorted(p.name for p in CORPUS.iterdir() if p.is_dir())
@@ -60,17 +61,29 @@ OPENENV_V2 = {
 }
 
 
-def test_policy_covers_exactly_the_checks_the_probe_emits():
+def test_policy_covers_exactly_the_checks_the_hub_emits():
     policy = cf.load_policy()
     assert policy.policy_version == cf.POLICY_VERSION == "hub-1"
     assert list(policy.entries) == [*static.STATIC_CHECK_IDS, *[c for c in policy.entries if c not in static.STATIC_CHECK_IDS]]
     assert set(policy.entries) == (
-        set(static.STATIC_CHECK_IDS) | set(probe.RUNTIME_CHECK_IDS) | set(probe.RUNNER_CHECK_IDS))
+        set(static.STATIC_CHECK_IDS) | set(probe.RUNTIME_CHECK_IDS) | set(probe.RUNNER_CHECK_IDS)
+        | set(baseline.SEMANTIC_CHECK_IDS))
     for entry in policy.entries.values():
         assert cf.policy.CHECK_ID.match(entry.check_id)
         assert entry.title and entry.description
         if entry.check_id.startswith("hub."):
             assert entry.lane == "hub"
+
+
+def test_the_semantic_checks_are_hub_lane_warnings_at_level_3():
+    policy = cf.load_policy()
+    assert [c for c in policy.entries if policy.entry(c).level == 3] == list(baseline.SEMANTIC_CHECK_IDS)
+    for check_id in baseline.SEMANTIC_CHECK_IDS:
+        entry = policy.entry(check_id)
+        assert (entry.level, entry.lane, entry.severity) == (3, "hub", "warn")
+    # A failing semantic check warns; it never fails a verdict.
+    assert cf.verdict([result("hub.determinism", "fail"), result("runtime.startup", "pass")]) == "warn"
+    assert cf.verdict([result(c, "pass") for c in baseline.SEMANTIC_CHECK_IDS]) == "pass"
 
 
 def test_policy_reuses_openenv_ids_and_severities():
