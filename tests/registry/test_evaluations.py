@@ -14,7 +14,7 @@ from django.test import Client
 from django.utils import timezone
 
 from registry import evalstats, selectors, services
-from registry.evaluation.episodes import DONE, STEP_BOUND, EpisodeResult, PlayedEvaluation
+from registry.evaluation.episodes import DONE, EpisodeResult, PlayedEvaluation
 from registry.models import Environment, Evaluation, EvaluationRun, ValidationRun
 from registry.services import accounts, evaluation, validation
 
