@@ -104,7 +104,8 @@ def test_the_hostile_readme_keeps_its_text_and_points_relative_links_at_the_hub(
 
 
 @pytest.mark.parametrize("path", ["/", "/environments/", "/environments/openenv/chess_env/",
-                                  "/environments/local/flaky_echo/", "/environments/local/mcp_calculator/"])
+                                  "/environments/local/flaky_echo/", "/environments/local/mcp_calculator/",
+                                  "/environments/local/guess_number/leaderboard/"])
 def test_phone_width_needs_no_horizontal_scrolling(open_page, path):
     page = open_page(path, width=360, height=740).page
     overflow = page.evaluate("document.documentElement.scrollWidth - document.documentElement.clientWidth")
@@ -119,7 +120,9 @@ def _run_id(open_page, path: str) -> str:
 def test_no_serious_or_critical_accessibility_violation(open_page, scheme):
     report = _run_id(open_page, "/environments/local/echo_env/")
     pages = ["/", "/environments/", "/environments/?verdict=pass&tag=openenv", "/environments/local/echo_env/",
-             "/environments/local/flaky_echo/", report, "/owners/local/", "/tags/openenv/", "/no/such/page/"]
+             "/environments/local/flaky_echo/", report, "/owners/local/", "/tags/openenv/", "/no/such/page/",
+             "/environments/local/guess_number/", "/environments/local/guess_number/leaderboard/",
+             _evaluation_path(open_page), "/models/acme/bisect-7b/"]
     axe = Axe()
     found = {}
     for path in pages:
@@ -130,6 +133,29 @@ def test_no_serious_or_critical_accessibility_violation(open_page, scheme):
         if serious:
             found[path] = serious
     assert found == {}
+
+
+def _evaluation_path(open_page) -> str:
+    return open_page("/environments/local/guess_number/leaderboard/").page.locator(
+        ".leaderboard tbody a[href*='/evaluations/']").first.get_attribute("href")
+
+
+def test_the_leaderboard_ranks_with_interval_bars_and_filters_without_script(open_page):
+    watched = open_page("/environments/local/guess_number/leaderboard/", java_script_enabled=False)
+    page = watched.page
+    rows = page.locator(".leaderboard tbody tr")
+    agents = [rows.nth(i).locator("td").nth(1).locator("a").first.inner_text() for i in range(rows.count())]
+    assert set(agents) == {"acme/bisect-7b", "random", "first-valid"}, agents
+    assert page.locator(".leaderboard svg.ci[role=img]").count() == len(agents)
+    label = page.locator(".leaderboard svg.ci").first.get_attribute("aria-label")
+    assert label.startswith("mean ") and "95% interval" in label
+    page.select_option("select[name=provenance]", "hub_run")
+    page.get_by_role("button", name="Apply").click()  # a plain GET form: no script needed
+    page.wait_for_url(re.compile(r"provenance=hub_run"))
+    assert page.locator(".leaderboard tbody tr").count() == 2
+    page.locator(".leaderboard tbody a[href*='/evaluations/']").first.click()
+    assert page.locator("h2", has_text="Episodes").is_visible()
+    assert page.locator("table tbody tr").count() == 10  # the demo's baseline: ten seeds
 
 
 def signed_in(open_page, path: str, **options):
@@ -178,7 +204,8 @@ def test_screenshots_of_the_main_pages(open_page):
     shots = {"home": "/", "browse": "/environments/?verdict=pass", "environment": "/environments/local/mcp_calculator/",
              "last-known-good": "/environments/local/flaky_echo/", "hub-space": "/environments/openenv/chess_env/",
              "report": report, "hostile": "/environments/evil/readme_script/", "not-found": "/environments/x/y/",
-             "deprecated": "/environments/openenv/textarena_env/"}
+             "deprecated": "/environments/openenv/textarena_env/",
+             "leaderboard": "/environments/local/guess_number/leaderboard/"}
     written = []
     for name, path in shots.items():
         for label, width in (("desktop", 1280), ("phone", 390)):

@@ -75,6 +75,7 @@ def seed(work: Path) -> None:
     # A revision that passes, then a new one that breaks: the last-known-good case.
     shutil.copytree(EXAMPLES / "echo_env", local / "flaky_echo", ignore=shutil.ignore_patterns("__pycache__"))
     settings.HUB_VALIDATE_NEW_REVISIONS = False
+    settings.HUB_EVAL_BASELINE_EPISODES = 10
     settings.HUB_LOCAL_SOURCES = [f"local={local}"]
     with HubStub(page_size=50) as stub:
         settings.HF_ENDPOINT = stub.url
@@ -98,8 +99,29 @@ def seed(work: Path) -> None:
     environment.write_text(source.replace("reward=echo_reward(message),", "reward=5.0,  # broken: outside [0, 1]"))
     print("local (flaky_echo breaks):", services.local_sync(), flush=True)
     _validate_local("local", "flaky_echo")
+    _evaluations()
     _hostile_run("evil/readme_script")
     _owners_speak()
+
+
+def _evaluations() -> None:
+    """guess_number's baseline, played by the worker's task in the sandbox, and a model's self-reported result."""
+    from registry.evaluation.episodes import DONE, EpisodeResult, PlayedEvaluation
+    from registry.models import Environment, EvaluationRun
+    from registry.services import evaluation
+    from workers import tasks
+
+    guess = Environment.objects.select_related("head").get(key="local/guess_number")
+    for run in EvaluationRun.objects.filter(environment=guess, kind="baseline", state="queued"):
+        tasks.evaluate_run(run.pk)
+    rewards = [1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+    played = PlayedEvaluation(
+        agent="acme/bisect-7b", agent_kind="model", harness="lighteval", harness_version="0.9.2",
+        client_version="0.10.0", agent_revision="4f1c9a7e2b6d8c034f1c9a7e2b6d8c034f1c9a7e",
+        episodes=[EpisodeResult(seed=i, reward=r, steps=7 if r == 0 else 5, ended=DONE, wall_s=2.5, success=r > 0)
+                  for i, r in enumerate(rewards)])
+    evaluation.evaluation_record(revision=guess.head, provenance="self_reported", played=played,
+                                 submitted_by="hf:acme", idempotency_key="demo-bisect-7b")
 
 
 # A staff account for looking at the owners' forms (the demo only: never a real deployment's).

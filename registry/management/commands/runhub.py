@@ -49,7 +49,7 @@ class Command(BaseCommand):
         python = sys.executable
         celery = [python, "-m", "celery", "-A", "hub"]
         commands = {
-            "worker": celery + ["worker", "--loglevel", "INFO", "--concurrency", "2", "-Q", "default,validation",
+            "worker": celery + ["worker", "--loglevel", "INFO", "--concurrency", "2", "-Q", "default,validation,evaluation",
                                 "--hostname", "embedded@%h"],
             "beat": celery + ["beat", "--loglevel", "INFO", "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
             "web": [python, "manage.py", "runserver", f"{host}:{port}", "--noreload", "--nostatic"],
