@@ -490,14 +490,22 @@ def _files(siblings: Any) -> dict[str, int | None]:
     return files
 
 
-def _dataset_facts(info: Any) -> DatasetFacts | None:
-    """DatasetFacts from dataset_info, or None when its id or sha is not one the Hub would give."""
+def _id_and_sha(info: Any) -> tuple[str, str] | None:
+    """A repo's id and sha from the Hub's answer, or None when either is not one the Hub would give."""
     repo_id = getattr(info, "id", None)
     sha = getattr(info, "sha", None)
     if not isinstance(repo_id, str) or not _REPO_ID.fullmatch(repo_id):
         return None
     if not isinstance(sha, str) or not _SHA.fullmatch(sha.lower()):
         return None
+    return repo_id, sha
+
+
+def _dataset_facts(info: Any) -> DatasetFacts | None:
+    """DatasetFacts from dataset_info, or None when its id or sha is not one the Hub would give."""
+    if (found := _id_and_sha(info)) is None:
+        return None
+    repo_id, sha = found
     siblings = getattr(info, "siblings", None)
     card = getattr(info, "card_data", None)
     if card is not None and hasattr(card, "to_dict"):
@@ -520,12 +528,9 @@ def _dataset_facts(info: Any) -> DatasetFacts | None:
 
 def _facts_from_info(info: Any) -> SpaceFacts | None:
     """SpaceFacts from a listing item or space_info, or None when its id or sha is not one the Hub would give."""
-    repo_id = getattr(info, "id", None)
-    sha = getattr(info, "sha", None)
-    if not isinstance(repo_id, str) or not _REPO_ID.fullmatch(repo_id):
+    if (found := _id_and_sha(info)) is None:
         return None
-    if not isinstance(sha, str) or not _SHA.fullmatch(sha.lower()):
-        return None
+    repo_id, sha = found
     runtime = getattr(info, "runtime", None)
     siblings = getattr(info, "siblings", None)
     files = _files(siblings)

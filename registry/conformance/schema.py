@@ -138,7 +138,8 @@ def evaluate(tasks: list[dict], *, timeout_s: float) -> dict[str, dict]:
 # --------------------------------------------------------------------------- #
 
 
-def _pointer(root: Any, ref: str) -> Any:
+def json_pointer(root: Any, ref: str) -> Any:
+    """The node a local `$ref` (`#/…`, JSON Pointer escapes) names in `root`; KeyError when there is none."""
     node = root
     for part in ref[1:].lstrip("/").split("/") if ref not in ("#", "#/") else []:
         part = part.replace("~1", "/").replace("~0", "~")
@@ -185,7 +186,7 @@ class _Synth:
                 self.note(f"{path or '/'}: remote $ref {ref!r} not followed")
                 return None
             try:
-                target = _pointer(self.root, ref)
+                target = json_pointer(self.root, ref)
             except KeyError:
                 self.note(f"{path or '/'}: unresolvable $ref {ref!r}")
                 return None
@@ -225,7 +226,7 @@ class _Synth:
         for part in parts:
             if isinstance(part, dict) and isinstance(part.get("$ref"), str) and part["$ref"].startswith("#"):
                 try:
-                    part = {**_pointer(self.root, part["$ref"]), **{k: v for k, v in part.items() if k != "$ref"}}
+                    part = {**json_pointer(self.root, part["$ref"]), **{k: v for k, v in part.items() if k != "$ref"}}
                 except (KeyError, TypeError):
                     self.note(f"unresolvable $ref {part['$ref']!r}")
                     continue

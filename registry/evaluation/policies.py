@@ -45,7 +45,7 @@ import string
 from typing import Any, Callable
 
 from registry.conformance.episode import Episode, Policy
-from registry.conformance.schema import FORMAT_VALUES, STRING_CANDIDATES
+from registry.conformance.schema import FORMAT_VALUES, STRING_CANDIDATES, json_pointer
 
 DEFAULT_MAX_STEPS = 50
 MAX_DEPTH = 24  # nesting an action may need (required properties, minimum items)
@@ -119,17 +119,6 @@ def _types(schema: dict) -> list[str] | None:
     return None
 
 
-def _pointer(root: Any, ref: str) -> Any:
-    node = root
-    for part in ref[1:].lstrip("/").split("/") if ref not in ("#", "#/") else []:
-        part = part.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            raise KeyError(ref)
-    return node
 
 
 def _merge(parts: list[dict]) -> dict:
@@ -227,7 +216,7 @@ class _Draw:
         if not ref.startswith("#"):
             raise UnsupportedSchema(f"{_where(path)}: remote $ref {ref[:80]!r} is not followed")
         try:
-            return _pointer(self.root, ref)
+            return json_pointer(self.root, ref)
         except KeyError:
             raise UnsupportedSchema(f"{_where(path)}: $ref {ref[:80]!r} points at nothing") from None
 
