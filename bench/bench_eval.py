@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from registry.conformance.episode import fixed_actions, play_episode
@@ -80,9 +81,9 @@ async def main():
     await per_session(plan["episodes"][:1], True)  # warm-up: first connection, lazy imports
     for name, play, state in (("same frames", per_session, True), ("no state", per_session, False),
                               ("one session", one_session, False)):
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         rewards = await play(plan["episodes"], state)
-        out[name] = {"seconds": time.perf_counter() - started, "rewards": rewards}
+        out[name] = {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "rewards": rewards}
     print(json.dumps(out))
 
 
@@ -99,34 +100,34 @@ def episodes_of(result: BaselineResult) -> list[dict]:
             for r in result.records]
 
 
-def hub_baseline(client: ProbeClient, action_schema: dict, manifest: dict, expected: list[float]) -> tuple[float, int]:
-    started = time.perf_counter()
+def hub_baseline(client: ProbeClient, action_schema: dict, manifest: dict, expected: list[float]) -> dict[str, Timing]:
+    started, cpu = time.perf_counter(), time.process_time()
     result = record(client, action_schema, manifest)
-    seconds = time.perf_counter() - started
+    timing = Timing(time.perf_counter() - started, time.process_time() - cpu, len(result.records) + len(result.replays))
     check([r.result.reward for r in result.records], expected, "hub baseline")
-    return seconds, len(result.records) + len(result.replays)
+    return {"hub, baseline": timing}
 
 
-def hub_player(client: ProbeClient, episodes: list[dict]) -> float:
+def hub_player(client: ProbeClient, episodes: list[dict]) -> dict[str, Timing]:
     rewards = []
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for spec in episodes:
         episode = play_episode(client, fixed_actions(spec["actions"]),
                                reset_data={"seed": spec["seed"], "episode_id": spec["episode_id"]},
                                deadline=time.monotonic() + 30, state_after_step=False)
         rewards.append(sum(e.reply.data.get("reward") or 0.0 for e in episode.observations() if e.op == "step"))
-    seconds = time.perf_counter() - started
+    timing = Timing(time.perf_counter() - started, time.process_time() - cpu, len(episodes))
     check(rewards, [e["reward"] for e in episodes], "hub player")
-    return seconds
+    return {"hub, player": timing}
 
 
-def reference(python: str, url: str, episodes: list[dict]) -> dict[str, float]:
+def reference(python: str, url: str, episodes: list[dict]) -> dict[str, Timing]:
     plan = {"url": url, "episodes": [{k: e[k] for k in ("seed", "episode_id", "actions")} for e in episodes]}
     done = subprocess.run([python, "-c", REFERENCE], input=json.dumps(plan), capture_output=True, text=True, check=True)
     out = json.loads(done.stdout)
     for name, figures in out.items():
         check(figures["rewards"], [e["reward"] for e in episodes], f"openenv, {name}")
-    return {name: figures["seconds"] for name, figures in out.items()}
+    return {f"openenv, {name}": Timing(f["seconds"], f["cpu"], len(episodes)) for name, f in out.items()}
 
 
 def check(rewards: list[float], expected: list[float], who: str) -> None:
@@ -134,7 +135,16 @@ def check(rewards: list[float], expected: list[float], who: str) -> None:
         raise SystemExit(f"{who} did not play the recorded episodes: rewards {rewards[:5]}… != {expected[:5]}…")
 
 
-def bench(name: str, python: str, rounds: int) -> list[tuple[str, float, float]]:
+@dataclass
+class Timing:
+    """One player's run: wall seconds, the client process's CPU seconds, episodes played."""
+
+    seconds: float
+    cpu: float
+    episodes: int
+
+
+def bench(name: str, python: str, rounds: int) -> dict[str, float]:
     package = ROOT / "examples" / "envs" / name
     manifest = parse_manifest((package / "openenv.yaml").read_bytes())[1]
     server = EnvServer(package, python=python)
@@ -149,29 +159,33 @@ def bench(name: str, python: str, rounds: int) -> list[tuple[str, float, float]]
             steps = sum(len(e["actions"]) for e in episodes)
             print(f"\n{name}: {len(episodes)} episodes, {steps} steps "
                   f"({steps / len(episodes):.1f} per episode), {rounds} rounds alternating")
-            times: dict[str, list[float]] = {}
-            baseline_episodes = 0
-            for _ in range(rounds):
-                seconds, baseline_episodes = hub_baseline(client, action_schema, manifest, expected)
-                times.setdefault("hub, baseline", []).append(seconds)
-                times.setdefault("hub, player", []).append(hub_player(client, episodes))
-                for variant, seconds in reference(python, server.base_url, episodes).items():
-                    times.setdefault(f"openenv, {variant}", []).append(seconds)
+            players = [
+                lambda: hub_baseline(client, action_schema, manifest, expected),
+                lambda: hub_player(client, episodes),
+                lambda: reference(python, server.base_url, episodes),
+            ]
+            runs: dict[str, list[Timing]] = {}
+            for round_ in range(rounds):
+                # The order turns each round, so that no player always runs first (or right after another).
+                for play in players[round_ % 3:] + players[:round_ % 3]:
+                    for label, timing in play().items():
+                        runs.setdefault(label, []).append(timing)
     finally:
         server.stop()
-    rows = []
-    for label, values in times.items():
-        count = baseline_episodes if label == "hub, baseline" else len(episodes)
-        rate = count / statistics.median(values)
-        rows.append((label, rate, count / max(values), count / min(values)))
-        print(f"  {label:<22} {rate:8.1f} episodes/s  (min {count / max(values):.1f}, max {count / min(values):.1f};"
-              f" {count} episodes)")
-    rates = {label: rate for label, rate, _, _ in rows}
-    for ours in ("hub, player", "hub, baseline"):
+    rates = {}
+    print(f"  {'player':<22} {'episodes/s':>10}  {'min':>7} {'max':>7}  {'client CPU/episode':>18}")
+    for label in sorted(runs, key=lambda k: (not k.startswith("hub"), k)):
+        timings = runs[label]
+        per_second = sorted(t.episodes / t.seconds for t in timings)
+        rates[label] = statistics.median(per_second)
+        cpu = statistics.median(t.cpu / t.episodes for t in timings)
+        print(f"  {label:<22} {rates[label]:10.1f}  {per_second[0]:7.1f} {per_second[-1]:7.1f}  {cpu * 1000:15.2f} ms"
+              f"   ({timings[0].episodes} episodes)")
+    for ours in ("hub, baseline", "hub, player"):
         ratios = ", ".join(f"{theirs.removeprefix('openenv, ')} {rates[ours] / rates[theirs]:.2f}"
                            for theirs in rates if theirs.startswith("openenv"))
         print(f"  ratio {ours} / openenv: {ratios}")
-    return rows
+    return rates
 
 
 def main(argv: list[str]) -> None:
