@@ -9,7 +9,7 @@ ARGS ?=
 
 .DEFAULT_GOAL := help
 
-.PHONY: help install run test check bench bench-index bench-validate bench-push bench-web bench-api screenshots migrate clean
+.PHONY: help install run test check bench bench-index bench-validate bench-eval bench-push bench-web bench-api screenshots migrate clean
 
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -41,6 +41,9 @@ bench-index: install ## Benchmark indexing N synthetic Spaces from the Hub stand
 bench-validate: install ## Time a full validation beside `openenv validate <url>` on one server (RUNS=5)
 	$(PY) -m bench.bench_validate $(RUNS)
 
+bench-eval: install ## Episodes/s of the hub's baseline player beside openenv's own client, same episodes (ROUNDS=5)
+	$(PY) -m bench.bench_eval $(ROUNDS)
+
 bench-push: install ## From a push's webhook to the revision indexed and to its verdict, gunicorn + one idle worker (PUSHES=10)
 	$(PY) -m bench.bench_push $(PUSHES)
 
@@ -53,7 +56,7 @@ bench-api: install ## Time the API and badges on 1,000, 10,000 and 100,000 envir
 screenshots: install ## PNGs of the main pages (desktop and phone, light and dark) under var/screenshots/
 	HUB_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest tests/browser -k screenshots -p no:cacheprovider -q
 
-bench: bench-index bench-validate bench-push bench-web bench-api ## Run every benchmark
+bench: bench-index bench-validate bench-eval bench-push bench-web bench-api ## Run every benchmark
 
 clean: ## Remove .venv and var/
 	rm -rf $(VENV) var

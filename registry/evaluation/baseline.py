@@ -104,7 +104,7 @@ class StepRecord:
     reward: Any  # as the server sent it (None, a number, anything)
     done: bool
     digest: str
-    fields: dict[str, str]
+    fields: dict[str, str] = field(default_factory=dict)  # per part, for the episodes a replay compares only
 
     @property
     def reward_value(self) -> float:
@@ -179,9 +179,10 @@ def _ending(episode: Episode, deadline: float, max_steps: int, policy_problem: s
 
 def episode_record(
     episode: Episode, *, policy: str, seed: int, episode_id: str, deadline: float, max_steps: int,
-    wall_s: float, policy_problem: str | None = None,
+    wall_s: float, policy_problem: str | None = None, detailed: bool = False,
 ) -> EpisodeRecord:
-    """Turn a played `Episode` into its record: the EpisodeResult and the per-observation digests."""
+    """Turn a played `Episode` into its record: the EpisodeResult and the per-observation digests
+    (`detailed`: with the digest of each part too, to name what differs; kept for the replayed episodes)."""
     observations: list[StepRecord] = []
     datas: list[dict] = []
     for exchange in episode.observations():
@@ -194,7 +195,7 @@ def episode_record(
             reward=data.get("reward"),
             done=data.get("done") is True,
             digest=digest(data),
-            fields=field_digests(data),
+            fields=field_digests(data) if detailed else {},
         ))
     ended, failure = _ending(episode, deadline, max_steps, policy_problem)
     steps = [o for o in observations if o.label != "reset"]
@@ -284,7 +285,7 @@ class _Player:
     def time_left(self) -> bool:
         return self.total_deadline - time.monotonic() > 0
 
-    def play(self, policy: Policy, *, name: str, seed: int, max_steps: int) -> EpisodeRecord:
+    def play(self, policy: Policy, *, name: str, seed: int, max_steps: int, detailed: bool = False) -> EpisodeRecord:
         episode_id = episode_id_for(name, seed)
         guarded = _Guarded(policy)
         started = time.monotonic()
@@ -295,7 +296,7 @@ class _Player:
         )
         return episode_record(
             episode, policy=name, seed=seed, episode_id=episode_id, deadline=deadline, max_steps=max_steps,
-            wall_s=time.monotonic() - started, policy_problem=guarded.problem,
+            wall_s=time.monotonic() - started, policy_problem=guarded.problem, detailed=detailed,
         )
 
 
@@ -349,10 +350,11 @@ def play_baseline(
             if not player.time_left():
                 not_played[name] += 1
                 continue
-            record = player.play(maker(seed), name=name, seed=seed, max_steps=max_steps)
+            first = result.replayed is None
+            record = player.play(maker(seed), name=name, seed=seed, max_steps=max_steps, detailed=first)
             result.records.append(record)
             result.evaluation(name).episodes.append(record.result)
-            if result.replayed is None:
+            if first:
                 _replay(player, record, result)
     for name, count in not_played.items():
         if count:
@@ -400,7 +402,7 @@ def _replay(player: _Player, record: EpisodeRecord, result: BaselineResult) -> N
             result.notes.append("the total deadline passed before the determinism replay ended")
             break
         result.replays.append(player.play(fixed_actions(actions), name=record.policy, seed=record.seed,
-                                          max_steps=len(actions)))
+                                          max_steps=len(actions), detailed=True))
     result.replay_wall_s = time.monotonic() - started
 
 

@@ -5,11 +5,13 @@ Two policies play every baseline (`registry.evaluation.baseline`):
 - `random_policy(schema, rng)`: a fresh random valid action every step, drawn
   from `rng` only, so the same `random.Random(seed)` gives the same actions;
 - `first_valid_policy(schema)`: the same action every step, the simplest one
-  the schema allows (required properties only, the lowest bound, the first
-  enum member, the first branch of a union, the first listed type).
+  the schema allows (required properties only, plus `const` discriminators;
+  the lowest bound, the shortest string, the first enum member, the first
+  branch of a union that can be satisfied, the first listed type).
 
 Both are `Policy` callables of `registry.conformance.episode` and stop (return
-None) once `max_steps` steps were played.
+None) once `max_steps` steps were played. `random_value(schema, rng)` and
+`first_valid_action(schema)` are the single draws behind them.
 
 Invariants:
 
@@ -18,10 +20,12 @@ Invariants:
   schema they cannot satisfy (`false`, `not`, `if`, a required property that
   is forbidden, bounds that exclude every value, a string pattern no
   candidate matches, recursion through required properties…), so a policy
-  never raises in the middle of an episode;
-- every action is bounded: at most MAX_DEPTH levels and MAX_NODES values;
-  random optional content (optional properties, extra array items, longer
-  strings) is only added down to OPTIONAL_DEPTH levels;
+  never raises in the middle of an episode (a random draw that fails there,
+  short of depth or values on a rare branch, plays the first-valid action);
+- every action is bounded: at most MAX_DEPTH levels and MAX_NODES values
+  (failed attempts count too, so a schema that keeps failing costs bounded
+  work); random optional content (optional properties, extra array items,
+  longer strings) is only added down to OPTIONAL_DEPTH levels;
 - the schema is the environment's (untrusted): it is only read, never
   compiled as a validator here. A `pattern` is matched against a few short
   candidate strings only, where even a pathological expression stays cheap;
@@ -58,7 +62,6 @@ RANDOM_SPAN = 100  # the width of the range a random number is drawn from when a
 UNIQUE_ATTEMPTS = 20  # draws to find a distinct item for uniqueItems
 CHARACTERS = string.ascii_letters + string.digits + " "
 UNSUPPORTED_KEYWORDS = ("not", "if", "dependentSchemas", "contains", "unevaluatedProperties", "unevaluatedItems")
-NUMERIC_TYPES = ("integer", "number")
 TYPE_KEYWORDS = (
     ("object", ("properties", "required", "additionalProperties", "minProperties", "maxProperties")),
     ("array", ("items", "prefixItems", "minItems", "maxItems", "uniqueItems")),
