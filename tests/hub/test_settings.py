@@ -75,9 +75,10 @@ def test_compose_file_shape():
         env = services[name]["environment"]
         assert env["DATABASE_URL"].startswith("postgres://") and env["REDIS_URL"].startswith("redis://")
     assert "gunicorn" in " ".join(services["web"]["command"])
-    # Validations run in their own worker, which must isolate or refuse (never degrade silently).
+    # Validations and evaluations (both run environments' code) run in their own worker, which must isolate or
+    # refuse (never degrade silently).
     assert services["worker"]["command"][-3:-2] == ["default"]
-    assert services["validator"]["command"][-3:-2] == ["validation"]
+    assert services["validator"]["command"][-3:-2] == ["validation,evaluation"]
     assert set(services["validator"]["environment"]["HUB_SANDBOX_REQUIRE"].split(",")) == {"net", "pid", "fs", "user"}
     # Its venv cache lives on a volume of its own, not on the one the other services share.
     assert services["validator"]["volumes"][0].split(":")[1] == services["validator"]["environment"]["HUB_SANDBOX_DIR"]
