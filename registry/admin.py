@@ -9,6 +9,8 @@ from registry.models import (
     Account,
     ApiToken,
     Environment,
+    Evaluation,
+    EvaluationRun,
     IndexProblem,
     OwnerAction,
     Revision,
@@ -17,7 +19,7 @@ from registry.models import (
     ValidationRun,
     WebhookDelivery,
 )
-from registry.services import accounts, owner, validation
+from registry.services import accounts, evaluation, owner, validation
 
 
 def _with_reason(modeladmin, request, queryset, *, title: str, apply, successor: bool = False):
@@ -215,6 +217,31 @@ class ValidationRunAdmin(ReadOnlyAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+
+@admin.register(EvaluationRun)
+class EvaluationRunAdmin(ReadOnlyAdmin):
+    list_display = ["id", "environment", "revision", "kind", "subject", "trigger", "state", "outcome", "attempts",
+                    "queued_at", "finished_at"]
+    list_filter = ["kind", "state", "outcome"]
+    search_fields = ["environment__key", "revision__sha", "subject"]
+    list_select_related = ["environment", "revision"]
+    actions = ["cancel"]
+
+    @admin.action(description="Cancel (a running task stops at its next heartbeat)")
+    def cancel(self, request, queryset):
+        cancelled = sum(evaluation.evaluation_run_cancel(run_id=pk, reason=f"Cancelled by {request.user}.")
+                        for pk in queryset.values_list("pk", flat=True))
+        self.message_user(request, f"{cancelled} run(s) cancelled.", messages.SUCCESS)
+
+
+@admin.register(Evaluation)
+class EvaluationAdmin(ReadOnlyAdmin):
+    list_display = ["id", "environment", "revision", "agent", "provenance", "mean", "ci_low", "ci_high",
+                    "episode_count", "submitted_by", "created_at"]
+    list_filter = ["provenance", "agent_kind"]
+    search_fields = ["environment__key", "agent", "submitted_by"]
+    list_select_related = ["environment", "revision"]
 
 
 @admin.register(WebhookDelivery)
