@@ -322,3 +322,15 @@ def test_an_openenv_collect_dataset_is_imported_pinned_to_its_commit(hub_stub, s
     assert post({"dataset": "carol/counter-runs", "dataset_revision": sha}, token="hf_mallory").status_code == 403
     assert post({"dataset": "carol/nothing-here"}).status_code == 400
     assert Evaluation.objects.count() == 1
+
+
+def test_staff_see_results_and_cancel_evaluation_runs_in_the_admin(maze, admin_client):
+    evaluation.evaluation_record(revision=env().head, provenance="hub_run", played=played(REWARDS), submitted_by="hub")
+    run = EvaluationRun.objects.get()
+    listed = admin_client.get("/admin/registry/evaluation/").content.decode()
+    assert "random" in listed and "alice/maze" in listed
+    assert admin_client.get(f"/admin/registry/evaluation/{Evaluation.objects.get().pk}/change/").status_code == 200
+    answer = admin_client.post("/admin/registry/evaluationrun/", {"action": "cancel", "_selected_action": [run.pk]})
+    assert answer.status_code == 302
+    run.refresh_from_db()
+    assert run.state == "cancelled" and "Cancelled by" in run.reason
