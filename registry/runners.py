@@ -276,10 +276,11 @@ def _action_schema(run) -> dict | None:
     return action if isinstance(action, dict) else None
 
 
-def evaluation_execute(run, *, checkpoint: Callable[[], None]):
+def evaluation_execute(run, *, checkpoint: Callable[..., None]):
     """Play `run` (a baseline or a model) against the environment; returns (played evaluations, report, target).
 
     The report holds the baseline's semantic checks (report-v2 check results) and the players' notes.
+    `checkpoint` is called with a step name or none (a Heartbeat's `check`).
     Raises Unavailable, NotReady or TransientError as `evaluation_client` does.
     """
     from registry.evaluation import baseline, model
@@ -288,7 +289,7 @@ def evaluation_execute(run, *, checkpoint: Callable[[], None]):
     if action_schema is None:
         raise Unavailable("The revision's validation recorded no action schema, so there is nothing to act on.")
     total_s = max(60.0, settings.HUB_EVAL_SOFT_LIMIT_S - 120.0)
-    with evaluation_client(run, lambda _step="": checkpoint()) as client:
+    with evaluation_client(run, checkpoint) as client:
         if run.kind == "baseline":
             result = baseline.play_baseline(
                 client, action_schema=action_schema, manifest=run.revision.manifest,

@@ -21,6 +21,7 @@ from django.core.cache import cache
 from django.core.paginator import Page, Paginator
 from django.db import connection
 from django.db.models import (
+    BooleanField,
     Case,
     Count,
     Exists,
@@ -778,24 +779,20 @@ class Leaderboard:
     revisions: list[str]
 
 
-def head_measure(environment: Environment) -> tuple[str, str] | None:
-    """What head's results are measured against: its schema digest and verdict (None while head has none)."""
-    if environment.head_id is None or environment.verdict_run_id is None:
-        return None
-    if Environment.verdict_run.is_cached(environment) and "schema_digest" in environment.verdict_run.__dict__:
-        run = environment.verdict_run  # loaded with the environment (its page, its API detail)
-        return (run.schema_digest, run.outcome) if run.revision_id == environment.head_id else None
-    run = (ValidationRun.objects.filter(pk=environment.verdict_run_id, revision_id=environment.head_id)
-           .values_list("schema_digest", "outcome").first())
-    return run
+# A result is stale when head moved to a revision whose validation showed other schemas or gave another verdict
+# than the result was measured on. While head has no verdict of its own (the verdict run is an older revision's,
+# or there is none), nothing is judged. One rule, in SQL, for every list, page and badge.
+EVALUATION_STALE = (
+    ~Q(revision_id=F("environment__head_id"))
+    & Q(environment__verdict_run__revision_id=F("environment__head_id"))
+    & (~Q(schema_digest=F("environment__verdict_run__schema_digest"))
+       | ~Q(verdict=F("environment__verdict_run__outcome")))
+)
 
 
-def evaluation_is_stale(row: Evaluation, environment: Environment, head: tuple[str, str] | None) -> bool:
-    """Stale: head moved to a revision whose schemas or verdict differ from those the result was measured on.
-    While head has no verdict of its own nothing is judged stale yet."""
-    if row.revision_id == environment.head_id or head is None:
-        return False
-    return (row.schema_digest, row.verdict) != head
+def _with_stale(qs: QuerySet[Evaluation]) -> QuerySet[Evaluation]:
+    return qs.annotate(stale=Case(When(EVALUATION_STALE, then=Value(True)), default=Value(False),
+                                  output_field=BooleanField()))
 
 
 def evaluations(*, environment: Environment, provenance: str | None = None, revision: str | None = None,
@@ -810,10 +807,8 @@ def evaluations(*, environment: Environment, provenance: str | None = None, revi
         qs = qs.filter(revision__sha__startswith=revision.lower())
     if agent:
         qs = qs.filter(agent=agent)
-    head = head_measure(environment)
     rows, hidden = [], 0
-    for row in qs.order_by("-mean", "created_at", "id")[:1000]:
-        row.stale = evaluation_is_stale(row, environment, head)
+    for row in _with_stale(qs).order_by("-mean", "created_at", "id")[:1000]:
         if row.stale and not include_stale:
             hidden += 1
             continue
@@ -828,19 +823,19 @@ def evaluations(*, environment: Environment, provenance: str | None = None, revi
 
 
 def evaluation_get(*, environment: Environment, evaluation_id: int) -> Evaluation | None:
-    row = Evaluation.objects.filter(environment=environment, pk=evaluation_id).select_related("revision", "run").first()
-    if row is not None:
-        row.stale = evaluation_is_stale(row, environment, head_measure(environment))
-    return row
+    return (_with_stale(Evaluation.objects.filter(environment=environment, pk=evaluation_id))
+            .select_related("revision", "run").first())
 
 
 def model_results(*, agent: str) -> list[Evaluation]:
     """One agent's results across environments (active ones), best first, without their episodes."""
-    return list(Evaluation.objects.filter(agent=agent, environment__status=Environment.Status.ACTIVE)
+    return list(_with_stale(Evaluation.objects.filter(agent=agent, environment__status=Environment.Status.ACTIVE))
                 .select_related("environment", "revision").defer("episodes").order_by("-mean", "id")[:500])
 
 
 def evaluation_best(*, environment: Environment, agent: str | None = None) -> Evaluation | None:
-    """What the score badge shows: the given agent's best current result, or the leader."""
-    board = evaluations(environment=environment, agent=agent)
-    return board.leader
+    """What the score badge shows: the given agent's best current result, or the leader (one query)."""
+    qs = Evaluation.objects.filter(environment=environment).exclude(EVALUATION_STALE)
+    if agent:
+        qs = qs.filter(agent=agent)
+    return qs.defer("episodes").order_by("-mean", "created_at", "id").first()

@@ -229,14 +229,7 @@ def evaluation_detail(request: HttpRequest, owner: str, name: str, evaluation_id
 
 def model_detail(request: HttpRequest, agent: str) -> HttpResponse:
     """One model's (or policy's) results across environments."""
-    rows = selectors.model_results(agent=agent)
-    heads: dict[int, tuple | None] = {}
-    for row in rows:
-        env = row.environment
-        if env.pk not in heads:
-            heads[env.pk] = selectors.head_measure(env)
-        row.stale = selectors.evaluation_is_stale(row, env, heads[env.pk])
-    return render(request, "registry/model.html", {"agent": agent, "rows": rows})
+    return render(request, "registry/model.html", {"agent": agent, "rows": selectors.model_results(agent=agent)})
 
 
 def score_badge(request: HttpRequest, owner: str, name: str, fmt: str) -> HttpResponse:

@@ -594,7 +594,7 @@ class EvaluationList(EnvironmentMixin, generics.GenericAPIView):
             if exc.status == 409:
                 raise Conflict(str(exc)) from None
             raise ValidationError({"submission": [str(exc)]}) from None
-        row.stale = False
+        row = selectors.evaluation_get(environment=env, evaluation_id=row.pk)  # with its staleness
         return Response(s.EvaluationDetailSerializer(row).data,
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
@@ -655,7 +655,7 @@ class EvaluationImport(OwnerActionMixin, generics.GenericAPIView):
             if exc.status == 503:
                 raise HubUnavailable(str(exc)) from None
             raise ValidationError({"dataset": [str(exc)]}) from None
-        row.stale = False
+        row = selectors.evaluation_get(environment=env, evaluation_id=row.pk)  # with its staleness
         return Response(s.EvaluationDetailSerializer(row).data,
                         status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 

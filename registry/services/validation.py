@@ -142,6 +142,14 @@ def validation_run_finish(*, run_id: int, outcome: str, report: dict | None, rea
     return finished
 
 
+_CHECK_RESULT_FIELDS = ("check_id", "status", "measured", "evidence", "remediation", "duration_s")
+
+
+def _check_result(result: dict) -> CheckResult:
+    """A report-v2 check result (a dict, as stored) as the CheckResult it was made from."""
+    return CheckResult(**{key: result[key] for key in _CHECK_RESULT_FIELDS if key in result})
+
+
 def validation_report_amend(*, run_id: int, results: list[dict]) -> bool:
     """Add check results measured after the run (a baseline's semantic checks) to its report, rebuilt with the
     verdict they imply, and let the catalog follow. A result for a check already in the report replaces it.
@@ -151,12 +159,9 @@ def validation_report_amend(*, run_id: int, results: list[dict]) -> bool:
             pk=run_id, state=State.FINISHED, report__isnull=False).first()
         if run is None:
             return False
-        added = [CheckResult(**{k: r[k] for k in ("check_id", "status", "measured", "evidence", "remediation",
-                                                   "duration_s") if k in r}) for r in results]
+        added = [_check_result(r) for r in results]
         ids = {r.check_id for r in added}
-        kept = [CheckResult(**{k: r[k] for k in ("check_id", "status", "measured", "evidence", "remediation",
-                                                  "duration_s") if k in r})
-                for r in run.report.get("results", []) if r.get("check_id") not in ids]
+        kept = [_check_result(r) for r in run.report.get("results", []) if r.get("check_id") not in ids]
         report = build_report(results=[*kept, *added], target=run.report.get("target", ""),
                               source_digest=run.report.get("source_digest", ""), manifest=run.report.get("manifest"))
         failing = [r["check_id"] for r in report["results"] if r.get("status") in ("fail", "error")]

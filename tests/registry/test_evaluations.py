@@ -132,6 +132,11 @@ def test_ranked_with_ties_and_stale_rows_hidden_after_a_schema_change(maze):
     assert board.rows == [] and board.hidden_stale == 3
     shown = selectors.evaluations(environment=env(), include_stale=True)
     assert len(shown.rows) == 3 and all(r.stale for r in shown.rows) and Evaluation.objects.count() == 3
+    # The same rule everywhere: the score badge skips them, a model's page marks them, an API detail says so.
+    assert "no results" in Client().get("/badges/alice/maze/score.svg").content.decode()
+    assert "tag-stale" in Client().get("/models/org/model/").content.decode()
+    row = Evaluation.objects.get(agent="weak")
+    assert Client().get(f"/api/v1/environments/alice/maze/evaluations/{row.pk}/").json()["stale"] is True
 
 
 def test_the_api_lists_ranks_and_details_results(maze, client):

@@ -1205,6 +1205,21 @@ class HubStub:
                 return space.revisions[found[0]]
         return None
 
+    def _siblings(self, repo_id: str, revision: _Revision, *, blobs: bool, lfs: bool = False) -> list[dict[str, Any]]:
+        """The `siblings` of a repo's info: its files, with size and blob id when asked (`blobs`), and LFS pointers
+        (`lfs`: the dataset routes give them; the Space routes of this stand-in never did)."""
+        siblings = []
+        for path in revision.paths:
+            sibling: dict[str, Any] = {"rfilename": path}
+            if blobs:
+                blob = revision.files[path]
+                sibling["size"] = self._size(repo_id, path, len(blob.data))
+                sibling["blobId"] = blob.oid
+                if lfs and blob.lfs is not None:
+                    sibling["lfs"] = {"sha256": blob.lfs, "size": len(blob.data), "pointerSize": 134}
+            siblings.append(sibling)
+        return siblings
+
     def _size(self, repo_id: str, path: str, real: int) -> int:
         return self._size_lies.get((repo_id, path), real)
 
@@ -1530,15 +1545,7 @@ class HubStub:
                 if rev.card_data is not None:
                     item[name] = rev.card_data
             elif name == "siblings":
-                siblings = []
-                for path in rev.paths:
-                    sibling: dict[str, Any] = {"rfilename": path}
-                    if blobs:
-                        blob = rev.files[path]
-                        sibling["size"] = self._size(space.repo_id, path, len(blob.data))
-                        sibling["blobId"] = blob.oid
-                    siblings.append(sibling)
-                item[name] = siblings
+                item[name] = self._siblings(space.repo_id, rev, blobs=blobs)
             elif name == "runtime":
                 item[name] = {
                     "stage": space.stage,
@@ -1630,17 +1637,7 @@ class HubStub:
                 if revision.card_data is not None:
                     item[name] = revision.card_data
             elif name == "siblings":
-                siblings = []
-                for path in revision.paths:
-                    sibling: dict[str, Any] = {"rfilename": path}
-                    if blobs:
-                        blob = revision.files[path]
-                        sibling["size"] = self._size(repo_id, path, len(blob.data))
-                        sibling["blobId"] = blob.oid
-                        if blob.lfs is not None:
-                            sibling["lfs"] = {"sha256": blob.lfs, "size": len(blob.data), "pointerSize": 134}
-                    siblings.append(sibling)
-                item[name] = siblings
+                item[name] = self._siblings(repo_id, revision, blobs=blobs, lfs=True)
             elif name in ("usedStorage", "mainSize"):
                 item[name] = sum(len(b.data) for b in revision.files.values())
             elif name in ("citation", "description", "paperswithcode_id"):
