@@ -3,10 +3,11 @@
 Usage: DATABASE_URL=postgres://... python -m bench.bench_web [N ...]   (default: 1000 10000)
 
 For each N: a fresh database of N environments (a revision each, a second revision for one in ten, a finished
-validation run with a report for four in five, tags, owners, likes, README text), the catalog summary computed
-by the hub's own service, then gunicorn (2 workers, this machine's 2 cores) serves it and one client times
-sequential requests: a bare Django view rendering a constant template (the floor of the stack), the home page,
-browse (no filter, a search, three facets combined) and environment pages. p50 and p95 in milliseconds.
+validation run with a report for four in five, tags, about 30 environments per owner, likes, README text),
+the catalog summary computed by the hub's own service, then gunicorn (2 workers, this machine's 2 cores)
+serves it and one client times sequential requests: a bare Django view rendering a constant template (the
+floor of the stack), the home page, browse (no filter, a search, three facets combined), an owner page and
+environment pages. p50 and p95 in milliseconds.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def seed(n: int) -> None:
 
     rng = random.Random(n)
     now = timezone.now()
-    envs = [Environment(source="huggingface", owner=f"org{rng.randrange(300):03d}", name=f"env_{i:05d}",
+    owners = max(30, n // 30)  # about 30 environments per owner at every N, so an owner page shows as much
+    envs = [Environment(source="huggingface", owner=f"org{rng.randrange(owners):04d}", name=f"env_{i:05d}",
                         key=f"placeholder/{i}", likes=int(rng.paretovariate(1.2)) - 1, runtime_stage=rng.choice(
                             ["RUNNING"] * 8 + ["SLEEPING", "BUILD_ERROR"]), updated_at=now) for i in range(n)]
     for env in envs:

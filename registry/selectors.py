@@ -1,7 +1,7 @@
 """Reads from the index, shared by the web pages, the API and the commands.
 
 The catalog's search, facets and sorts live here once (`CatalogQuery`,
-`catalog_environments`, `catalog_facets`), so that a page, an API list and a
+`catalog_matches`, `catalog_facets`), so that a page, an API list and a
 badge that describe the same environments can never disagree.
 """
 
@@ -10,13 +10,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import operator
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from django.contrib.postgres.search import SearchQuery, SearchRank, TrigramWordSimilarity
+from django.contrib.postgres.search import SearchQuery, SearchVectorField, TrigramWordSimilarity
 from django.core.cache import cache
 from django.core.paginator import Page, Paginator
 from django.db import connection
@@ -26,6 +27,7 @@ from django.db.models import (
     Count,
     Exists,
     F,
+    Func,
     OuterRef,
     Prefetch,
     Q,
@@ -103,6 +105,15 @@ VERDICT_FACET = Case(
     When(runtime_stage__in=SLEEPING_STAGES, then=Value("sleeping")),
     default=Value("unvalidated"),
 )
+_JUDGED = ["pass", "warn", "fail", "error"]
+# The same facet as conditions on the columns, for filtering: the planner has statistics for these (none for
+# the CASE), so a filtered page walks the index of its sort instead of sorting every row that passes.
+VERDICT_WHERE = {
+    "pass": Q(verdict_outcome="pass"), "warn": Q(verdict_outcome="warn"),
+    "fail": Q(verdict_outcome__in=["fail", "error"]),
+    "sleeping": ~Q(verdict_outcome__in=_JUDGED) & Q(runtime_stage__in=SLEEPING_STAGES),
+    "unvalidated": ~Q(verdict_outcome__in=_JUDGED) & ~Q(runtime_stage__in=SLEEPING_STAGES),
+}
 VERDICTS = {"pass": "Passing", "warn": "Warnings", "fail": "Failing", "sleeping": "Sleeping",
             "unvalidated": "Not yet validated"}
 MODES = {"simulation": "Simulation", "production": "Production"}
@@ -218,7 +229,7 @@ def _facet_filters(query: CatalogQuery, skip: str | None = None) -> Q:
     """The facet filters of `query`, all but `skip` (facet counts reflect the other active filters)."""
     where = Q()
     if query.verdict and skip != "verdict":
-        where &= Q(verdict_facet__in=query.verdict)
+        where &= functools.reduce(operator.or_, (VERDICT_WHERE[v] for v in query.verdict))
     if query.tag and skip != "tag":
         where &= Q(Exists(EnvironmentTag.objects.filter(environment=OuterRef("pk"), tag__in=query.tag)))
     if query.owner and skip != "owner":
@@ -243,20 +254,90 @@ def _base(query: CatalogQuery) -> QuerySet[Environment]:
     return qs
 
 
+# Relevance, on PostgreSQL: the tier of the best field that answers the whole search. An environment whose
+# names answer it (weight A of the stored vector) ranks above one whose description, tags or MCP tools do
+# (weights A and B), above one whose README does; within a tier, the most liked first, then by name. Each tier
+# has its own GIN index on `ts_filter` of the vector (migration 0013), so a page in this order is read tier by
+# tier, each from its index or along the likes index, and never scores every match.
+RANK_NAMES, RANK_SUMMARY, RANK_README = 3, 2, 1
+_TIER_WEIGHTS = {RANK_NAMES: "{a}", RANK_SUMMARY: "{a,b}"}
+
+
+def _weighted(weights: str) -> Func:
+    """The stored vector restricted to some weights: the expression the tier indexes are built on."""
+    return Func(F("search__vector"), Value(weights), function="ts_filter", output_field=SearchVectorField())
+
+
+def _tier_vectors() -> dict[str, Func]:
+    return {"tier_names": _weighted(_TIER_WEIGHTS[RANK_NAMES]), "tier_summary": _weighted(_TIER_WEIGHTS[RANK_SUMMARY])}
+
+
+def _tiers(qs: QuerySet[Environment], search: SearchQuery) -> list[QuerySet[Environment]]:
+    """The full-text matches of `search` split into the relevance tiers, best first, each annotated with `rank`
+    (its tier): disjoint, and together exactly the matches."""
+    names, summary = Q(tier_names=search), Q(tier_summary=search)
+    qs = qs.alias(**_tier_vectors())
+    return [qs.filter(names).annotate(rank=Value(RANK_NAMES)),
+            qs.filter(summary & ~names).annotate(rank=Value(RANK_SUMMARY)),
+            qs.filter(Q(search__vector=search) & ~summary).annotate(rank=Value(RANK_README))]
+
+
+class Ranked:
+    """A search's matches in relevance order, for paging: the part of the QuerySet API that paging uses
+    (`filter`, `order_by`, `values_list`, `count`, slicing), applied to each tier. A slice is one UNION ALL of
+    the tiers, each cut to the slice's end before they are merged, so a page costs what its own rows cost."""
+
+    def __init__(self, parts: list[QuerySet], ordering: tuple = (), fields: tuple = ()):
+        self.parts, self.ordering, self.fields = parts, ordering, fields
+
+    def filter(self, *args, **kwargs) -> Ranked:
+        return Ranked([p.filter(*args, **kwargs) for p in self.parts], self.ordering, self.fields)
+
+    def order_by(self, *ordering) -> Ranked:
+        return Ranked(self.parts, ordering, self.fields)
+
+    def values_list(self, *fields, flat: bool = False) -> Ranked:
+        return Ranked(self.parts, self.ordering, fields if not flat else (*fields, _FLAT))
+
+    def __getitem__(self, index: slice) -> list:
+        if not isinstance(index, slice) or index.stop is None:
+            raise TypeError("a ranked search is read a page at a time: slice it with an end")
+        flat = self.fields[-1:] == (_FLAT,)
+        fields = tuple(f for f in self.fields if f is not _FLAT) or ("pk",)
+        columns = [f.lstrip("-") if isinstance(f, str) else f.expression.name for f in self.ordering]
+        selected = (*fields, *(c for c in columns if c not in fields))
+        parts = [p.order_by(*self.ordering).values_list(*selected)[:index.stop] for p in self.parts]
+        rows = list(parts[0].union(*parts[1:], all=True).order_by(*self.ordering)[index])
+        return [row[0] for row in rows] if flat else [row[:len(fields)] for row in rows]
+
+
+_FLAT = object()
+
+
+def _full_text(qs: QuerySet[Environment], q: str) -> SearchQuery | None:
+    """PostgreSQL: the full-text query of `q` when it matches something in `qs`; else None (SQLite, no search,
+    or nothing matches and the typo-tolerant trigram search applies)."""
+    if not q or not _postgres():
+        return None
+    search = _search_query(q)
+    return search if qs.filter(search__vector=search).exists() else None
+
+
 def _searched(qs: QuerySet[Environment], q: str) -> QuerySet[Environment]:
     """Environments matching the search text, annotated with `rank` (higher is better).
 
     PostgreSQL: the stored search vector (names weigh most, then description, tags and MCP tools, then the
-    README); when that finds nothing, trigram similarity to the names, so that a typo still finds (`chss`
-    finds chess_env). SQLite: plain contains over the same fields, names first.
+    README), `rank` the relevance tier; when that finds nothing, trigram similarity to the names, so that a typo
+    still finds (`chss` finds chess_env). SQLite: plain contains over the same fields, names first.
     """
     if not q:
         return qs.annotate(rank=Value(0.0))
     if _postgres():
-        search = _search_query(q)
-        matched = qs.filter(search__vector=search).annotate(rank=SearchRank(F("search__vector"), search))
-        if matched.exists():
-            return matched
+        search = _full_text(qs, q)
+        if search is not None:
+            return qs.filter(search__vector=search).alias(**_tier_vectors()).annotate(rank=Case(
+                When(Q(tier_names=search), then=Value(RANK_NAMES)),
+                When(Q(tier_summary=search), then=Value(RANK_SUMMARY)), default=Value(RANK_README)))
         similarity = Greatest(TrigramWordSimilarity(q, "key"), TrigramWordSimilarity(q, "head__manifest_name"))
         return qs.annotate(rank=similarity).filter(rank__gte=0.3)
     in_name = Q(key__icontains=q) | Q(head__manifest_name__icontains=q)
@@ -275,14 +356,20 @@ _ORDER = {
 }
 
 
-def catalog_filtered(query: CatalogQuery) -> QuerySet[Environment]:
-    """The environments in one catalog state, unordered, annotated with `rank` (the API orders and pages them)."""
-    return _searched(_base(query), query.q).filter(_facet_filters(query))
+def catalog_filtered(query: CatalogQuery, *, order: str | None = None) -> QuerySet[Environment] | Ranked:
+    """The environments in one catalog state, unordered, annotated with `rank` (the API orders and pages them).
+    In the `relevance` order, a full-text search is a `Ranked`, read tier by tier."""
+    base = _base(query)
+    search = _full_text(base, query.q) if order == "relevance" else None
+    if search is not None:
+        return Ranked(_tiers(base.filter(_facet_filters(query)), search))
+    return _searched(base, query.q).filter(_facet_filters(query))
 
 
-def catalog_matches(query: CatalogQuery) -> QuerySet[Environment]:
-    """The ids of the environments in one catalog state, in its order: cheap to count and to slice."""
-    return catalog_filtered(query).order_by(*_ORDER[query.effective_sort]).values_list("pk", flat=True)
+def catalog_matches(query: CatalogQuery) -> QuerySet[Environment] | Ranked:
+    """The ids of the environments in one catalog state, in its order: cheap to slice."""
+    sort = query.effective_sort
+    return catalog_filtered(query, order=sort).order_by(*_ORDER[sort]).values_list("pk", flat=True)
 
 
 def tag_counts() -> QuerySet:
@@ -333,12 +420,6 @@ def catalog_page(query: CatalogQuery, number, *, per_page: int) -> Page:
     page = Paginator(_Counted(catalog_matches(query), catalog_count(query)), per_page).get_page(number)
     page.object_list = environment_cards(list(page.object_list))
     return page
-
-
-def catalog_environments(query: CatalogQuery) -> QuerySet[Environment]:
-    """The environments in one catalog state, sorted, with what a card shows loaded (page or slice it)."""
-    qs = _searched(_base(query), query.q).filter(_facet_filters(query))
-    return _cards(qs).prefetch_related(_open_problems()).order_by(*_ORDER[query.effective_sort])
 
 
 @dataclass
@@ -501,13 +582,6 @@ def catalog_home(*, per_list: int = 6) -> CatalogHome:
 
 
 # --- one environment ----------------------------------------------------------------------------------------
-
-
-def environment_list(*, status: str | None = Environment.Status.ACTIVE, search: str = "",
-                     source: str | None = None) -> QuerySet[Environment]:
-    """Environments for the API: the catalog's search over the given status and source."""
-    return catalog_environments(CatalogQuery(q=search.replace("\x00", "")[:MAX_QUERY_CHARS], status=status,
-                                             source=source))
 
 
 def environment_get(*, owner: str, name: str) -> Environment | None:

@@ -101,27 +101,29 @@ ORDERS: dict[str, tuple[Column, ...]] = {
     "likes": (Column("likes", descending=True), Column("key")),
     "latency": (Column("step_p50_ms", nullable=True), Column("key")),
     "validated": (Column("validated_at", descending=True, nullable=True), Column("key")),
-    "relevance": (Column("rank", descending=True), Column("key")),
+    "relevance": (Column("rank", descending=True), Column("likes", descending=True), Column("key")),
     "changed": (Column("changed_at"), Column("id")),
 }
 
 
 def _order_by(columns: tuple[Column, ...]) -> list:
-    return [F(c.field).desc(nulls_last=True) if c.descending else F(c.field).asc(nulls_last=True) for c in columns]
+    """NULLS LAST only where a column has nulls: on the others the plain order is the one their index holds."""
+    return [(F(c.field).desc(nulls_last=True) if c.descending else F(c.field).asc(nulls_last=True)) if c.nullable
+            else F(c.field).desc() if c.descending else F(c.field).asc() for c in columns]
 
 
 def _after(columns: tuple[Column, ...], values: list) -> Q:
-    """Rows that come after the row whose sort values are `values`, in this order (NULLS LAST)."""
-    first, tie = columns[0], columns[-1]
+    """Rows that come after the row whose sort values are `values`, in this order (NULLS LAST); the last column
+    is unique, so it alone orders rows equal in all the others."""
+    column, value = columns[0], values[0]
+    beyond = Q(**{f"{column.field}__lt" if column.descending else f"{column.field}__gt": value})
     if len(columns) == 1:
-        return Q(**{f"{first.field}__gt": values[0]})
-    value, tie_value = values
-    beyond_tie = Q(**{f"{tie.field}__gt": tie_value})
-    if value is None:  # among the nulls, which come last: only the tie-breaker orders them
-        return Q(**{f"{first.field}__isnull": True}) & beyond_tie
-    further = Q(**{f"{first.field}__lt" if first.descending else f"{first.field}__gt": value})
-    after = further | (Q(**{first.field: value}) & beyond_tie)
-    return after | Q(**{f"{first.field}__isnull": True}) if first.nullable else after
+        return beyond
+    rest = _after(columns[1:], values[1:])
+    if value is None:  # among the nulls, which come last: only the following columns order them
+        return Q(**{f"{column.field}__isnull": True}) & rest
+    after = beyond | (Q(**{column.field: value}) & rest)
+    return after | Q(**{f"{column.field}__isnull": True}) if column.nullable else after
 
 
 def _encode(order: str, values: list) -> str:

@@ -154,7 +154,7 @@ class EnvironmentList(ApiView, generics.GenericAPIView):
         params = EnvironmentListParams(data=request.query_params)
         params.is_valid(raise_exception=True)
         query, order = params.query()
-        matching = selectors.catalog_filtered(query)
+        matching = selectors.catalog_filtered(query, order=order)
         since = params.validated_data.get("updated_since")
         if since is not None:
             matching = matching.filter(changed_at__gte=since)

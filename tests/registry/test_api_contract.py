@@ -15,7 +15,7 @@ from registry import services
 from registry.api.errors import server_error
 from registry.models import Environment, ValidationRun
 from registry.services import validation
-from tests.registry.test_pages import finish, make_env
+from tests.registry.test_pages import POSTGRES, finish, make_env
 
 pytestmark = pytest.mark.django_db
 
@@ -227,6 +227,56 @@ def test_paging_while_the_catalog_changes_loses_and_repeats_nothing(client, cata
     seen = _page_through(client, f"{API}/environments/?page_size=4", change)
     assert len(seen) == len(set(seen))  # nothing twice
     assert before <= {s.lower() for s in seen}  # nothing that existed when paging began was lost
+
+
+@POSTGRES
+def test_relevance_is_the_best_field_that_answers_then_likes_and_pages_through_every_tier(client, catalog):
+    """Names above description and tags above the README, the most liked first within each; paged two at a
+    time, while new matches arrive in every tier, nothing is lost or repeated and each page keeps that order."""
+    def env(name: str, *, description: str = "A plain environment.", tags=("openenv",), readme: str = "",
+            likes: int = 0) -> None:
+        folder = make_env(catalog, name, description=description, tags=tags)
+        if readme:
+            with (folder / "README.md").open("a") as fh:
+                fh.write(f"\n## More\n\n{readme}\n")
+        pending.append((name, likes))
+
+    pending: list[tuple[str, int]] = []
+    env("chess_small", likes=1)
+    env("chess_big", likes=5)
+    env("board_one", description="A chess board to play on.", likes=50)
+    env("board_two", tags=("openenv", "chess"), likes=2)
+    env("reader_one", readme="It also plays chess now and then.", likes=500)
+    env("reader_two", readme="Chess, sometimes.", likes=3)
+    env("reader_three", readme="Chess openings.", likes=3)
+    env("unrelated", readme="Checkers only.", likes=900)
+
+    def sync() -> None:
+        services.local_sync()
+        for name, likes in pending:
+            Environment.objects.filter(name=name).update(likes=likes)
+        pending.clear()
+
+    sync()
+    expected = ["chess_big", "chess_small", "board_one", "board_two", "reader_one", "reader_three", "reader_two"]
+    assert [i.split("/")[1] for i in _page_through(client, f"{API}/environments/?q=chess&page_size=2")] == expected
+    page = client.get("/environments/?q=chess").content.decode()
+    assert re.findall(r'<span class="owner">local/</span>(\w+)</a>', page) == expected  # the page: the same order
+
+    arrivals = iter([("chess_new", {}), ("board_new", {"description": "Chess for two."}),
+                     ("reader_new", {"readme": "Chess again."})] * 2)
+
+    def arrive(n: int) -> None:  # between pages: a new match, in turn in each tier, and one that matches nothing
+        name, kwargs = next(arrivals, (None, None))
+        if name:
+            env(f"{name}_{n}", **kwargs)
+            env(f"other_{n}")
+            sync()
+
+    seen = _page_through(client, f"{API}/environments/?q=chess&page_size=2", arrive)
+    assert len(seen) == len(set(seen))
+    assert set(expected) <= {i.split("/")[1] for i in seen}
+    assert not any("other_" in i or "unrelated" in i for i in seen)
 
 
 def _mirror_sync(client, mirror: dict, since: str | None) -> str | None:

@@ -157,6 +157,27 @@ def test_facets_filter_and_count_with_the_other_filters(client, catalog):
     assert "quiet_env" in names(client.get("/environments/?verdict=unvalidated").content.decode())
 
 
+def test_the_verdict_filter_selects_exactly_what_the_facet_counts(catalog):
+    """The filter reads the columns (VERDICT_WHERE), the counts group by the CASE (VERDICT_FACET): the same sets,
+    errors counted as failing and a sleeping Space with no verdict as sleeping."""
+    from registry.selectors import VERDICT_FACET, VERDICT_WHERE, VERDICTS
+
+    Environment.objects.filter(name="coding_env").update(verdict_outcome="error")
+    Environment.objects.filter(name="quiet_env").update(runtime_stage="SLEEPING")
+    make_env(catalog, "nap_env")
+    services.local_sync()
+    Environment.objects.filter(name__in=["nap_env", "chess_env"]).update(runtime_stage="PAUSED")
+    faceted = Environment.objects.annotate(facet=VERDICT_FACET)
+    seen = set()
+    for verdict in VERDICTS:
+        chosen = set(Environment.objects.filter(VERDICT_WHERE[verdict]).values_list("name", flat=True))
+        assert chosen == set(faceted.filter(facet=verdict).values_list("name", flat=True)), verdict
+        seen |= chosen
+    assert seen == set(Environment.objects.values_list("name", flat=True))
+    assert set(Environment.objects.filter(VERDICT_WHERE["sleeping"]).values_list("name", flat=True)) == {
+        "quiet_env", "nap_env"}
+
+
 def test_every_filter_state_is_one_shareable_url(client, catalog):
     page = client.get("/environments/?tag=games&verdict=pass&sort=likes").content.decode()
     # Links that add a filter keep the others, in a stable order.
