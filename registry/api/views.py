@@ -117,7 +117,9 @@ def _strings(pattern: str, description: str = "") -> dict:
 
 LIST_PARAMETERS = [
     OpenApiParameter("q", {"type": "string", "maxLength": 200, "pattern": r"^[^\x00]*$"},
-                     description="Full-text search over names, description, tags, MCP tools and README."),
+                     description=("Full-text search over names, description, tags, MCP tools and README. Relevance: "
+                                  "environments whose names answer the whole search first, then description, tags "
+                                  "or tools, then README; the most liked first within each.")),
     OpenApiParameter("verdict", str, many=True, enum=list(selectors.VERDICTS), style="form", explode=True),
     OpenApiParameter("tag", _strings(r"^[^\x00-\x1f]{1,100}$"), style="form", explode=True),
     OpenApiParameter("owner", _strings(rf"^{ID_PART}$"), style="form", explode=True),
