@@ -268,15 +268,12 @@ def _weighted(weights: str) -> Func:
     return Func(F("search__vector"), Value(weights), function="ts_filter", output_field=SearchVectorField())
 
 
-def _tier_vectors() -> dict[str, Func]:
-    return {"tier_names": _weighted(_TIER_WEIGHTS[RANK_NAMES]), "tier_summary": _weighted(_TIER_WEIGHTS[RANK_SUMMARY])}
-
-
 def _tiers(qs: QuerySet[Environment], search: SearchQuery) -> list[QuerySet[Environment]]:
     """The full-text matches of `search` split into the relevance tiers, best first, each annotated with `rank`
     (its tier): disjoint, and together exactly the matches."""
     names, summary = Q(tier_names=search), Q(tier_summary=search)
-    qs = qs.alias(**_tier_vectors())
+    qs = qs.alias(tier_names=_weighted(_TIER_WEIGHTS[RANK_NAMES]),
+                  tier_summary=_weighted(_TIER_WEIGHTS[RANK_SUMMARY]))
     return [qs.filter(names).annotate(rank=Value(RANK_NAMES)),
             qs.filter(summary & ~names).annotate(rank=Value(RANK_SUMMARY)),
             qs.filter(Q(search__vector=search) & ~summary).annotate(rank=Value(RANK_README))]
@@ -284,34 +281,30 @@ def _tiers(qs: QuerySet[Environment], search: SearchQuery) -> list[QuerySet[Envi
 
 class Ranked:
     """A search's matches in relevance order, for paging: the part of the QuerySet API that paging uses
-    (`filter`, `order_by`, `values_list`, `count`, slicing), applied to each tier. A slice is one UNION ALL of
-    the tiers, each cut to the slice's end before they are merged, so a page costs what its own rows cost."""
+    (`filter`, `order_by`, `values_list`, slicing), applied to each tier. A slice is one UNION ALL of the tiers,
+    each cut to the slice's end before they are merged, so a page costs what its own rows cost."""
 
-    def __init__(self, parts: list[QuerySet], ordering: tuple = (), fields: tuple = ()):
-        self.parts, self.ordering, self.fields = parts, ordering, fields
+    def __init__(self, parts: list[QuerySet], ordering: tuple = (), fields: tuple = ("pk",), flat: bool = False):
+        self.parts, self.ordering, self.fields, self.flat = parts, ordering, fields, flat
 
     def filter(self, *args, **kwargs) -> Ranked:
-        return Ranked([p.filter(*args, **kwargs) for p in self.parts], self.ordering, self.fields)
+        return Ranked([p.filter(*args, **kwargs) for p in self.parts], self.ordering, self.fields, self.flat)
 
     def order_by(self, *ordering) -> Ranked:
-        return Ranked(self.parts, ordering, self.fields)
+        return Ranked(self.parts, ordering, self.fields, self.flat)
 
     def values_list(self, *fields, flat: bool = False) -> Ranked:
-        return Ranked(self.parts, self.ordering, fields if not flat else (*fields, _FLAT))
+        return Ranked(self.parts, self.ordering, fields, flat)
 
     def __getitem__(self, index: slice) -> list:
         if not isinstance(index, slice) or index.stop is None:
             raise TypeError("a ranked search is read a page at a time: slice it with an end")
-        flat = self.fields[-1:] == (_FLAT,)
-        fields = tuple(f for f in self.fields if f is not _FLAT) or ("pk",)
+        # The merged rows are ordered by name, so every sort column is selected (and dropped afterwards).
         columns = [f.lstrip("-") if isinstance(f, str) else f.expression.name for f in self.ordering]
-        selected = (*fields, *(c for c in columns if c not in fields))
+        selected = (*self.fields, *(c for c in columns if c not in self.fields))
         parts = [p.order_by(*self.ordering).values_list(*selected)[:index.stop] for p in self.parts]
         rows = list(parts[0].union(*parts[1:], all=True).order_by(*self.ordering)[index])
-        return [row[0] for row in rows] if flat else [row[:len(fields)] for row in rows]
-
-
-_FLAT = object()
+        return [row[0] for row in rows] if self.flat else [row[:len(self.fields)] for row in rows]
 
 
 def _full_text(qs: QuerySet[Environment], q: str) -> SearchQuery | None:
@@ -327,17 +320,16 @@ def _searched(qs: QuerySet[Environment], q: str) -> QuerySet[Environment]:
     """Environments matching the search text, annotated with `rank` (higher is better).
 
     PostgreSQL: the stored search vector (names weigh most, then description, tags and MCP tools, then the
-    README), `rank` the relevance tier; when that finds nothing, trigram similarity to the names, so that a typo
-    still finds (`chss` finds chess_env). SQLite: plain contains over the same fields, names first.
+    README), ranked by `_tiers` (`rank` here is only a placeholder: `catalog_filtered` hands out a `Ranked` for
+    the relevance order); when that finds nothing, trigram similarity to the names, so that a typo still finds
+    (`chss` finds chess_env). SQLite: plain contains over the same fields, names first.
     """
     if not q:
         return qs.annotate(rank=Value(0.0))
     if _postgres():
         search = _full_text(qs, q)
         if search is not None:
-            return qs.filter(search__vector=search).alias(**_tier_vectors()).annotate(rank=Case(
-                When(Q(tier_names=search), then=Value(RANK_NAMES)),
-                When(Q(tier_summary=search), then=Value(RANK_SUMMARY)), default=Value(RANK_README)))
+            return qs.filter(search__vector=search).annotate(rank=Value(0.0))
         similarity = Greatest(TrigramWordSimilarity(q, "key"), TrigramWordSimilarity(q, "head__manifest_name"))
         return qs.annotate(rank=similarity).filter(rank__gte=0.3)
     in_name = Q(key__icontains=q) | Q(head__manifest_name__icontains=q)
