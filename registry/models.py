@@ -142,11 +142,14 @@ class EnvironmentSearch(models.Model):
     """An environment's full-text search vector (PostgreSQL), apart from the environment row so that scans of the
     catalog (facets, sorts) read narrow rows. Weights: names A, description, tags and MCP tools B, README C.
 
-    Invariant: rewritten with the catalog summary; absent on SQLite, which searches with contains.
+    Invariant: rewritten with the catalog summary; `summary` is exactly the A and B part of `vector`; absent on
+    SQLite, which searches with contains.
     """
 
     environment = models.OneToOneField(Environment, on_delete=models.CASCADE, primary_key=True, related_name="search")
     vector = SearchVectorField(null=True)
+    summary = SearchVectorField(null=True, help_text=(
+        "Names, description, tags and MCP tools only: small enough to check row by row, for the relevance tiers."))
 
     def __str__(self) -> str:
         return f"search vector of {self.environment_id}"

@@ -255,25 +255,20 @@ def _base(query: CatalogQuery) -> QuerySet[Environment]:
 
 
 # Relevance, on PostgreSQL: the tier of the best field that answers the whole search. An environment whose
-# names answer it (weight A of the stored vector) ranks above one whose description, tags or MCP tools do
-# (weights A and B), above one whose README does; within a tier, the most liked first, then by name. Each tier
-# has its own GIN index on `ts_filter` of the vector (migration 0013), so a page in this order is read tier by
-# tier, each from its index or along the likes index, and never scores every match.
+# names answer it (weight A) ranks above one whose description, tags or MCP tools do (weights A and B: the
+# stored `summary`, a small vector), above one whose README does; within a tier, the most liked first, then by
+# name. Each tier has its own GIN index (migration 0013), and the small summary is cheap to check row by row,
+# so a page in this order is read tier by tier, each from its index or along the likes index, and never scores
+# every match.
 RANK_NAMES, RANK_SUMMARY, RANK_README = 3, 2, 1
-_TIER_WEIGHTS = {RANK_NAMES: "{a}", RANK_SUMMARY: "{a,b}"}
-
-
-def _weighted(weights: str) -> Func:
-    """The stored vector restricted to some weights: the expression the tier indexes are built on."""
-    return Func(F("search__vector"), Value(weights), function="ts_filter", output_field=SearchVectorField())
 
 
 def _tiers(qs: QuerySet[Environment], search: SearchQuery) -> list[QuerySet[Environment]]:
     """The full-text matches of `search` split into the relevance tiers, best first, each annotated with `rank`
     (its tier): disjoint, and together exactly the matches."""
-    names, summary = Q(tier_names=search), Q(tier_summary=search)
-    qs = qs.alias(tier_names=_weighted(_TIER_WEIGHTS[RANK_NAMES]),
-                  tier_summary=_weighted(_TIER_WEIGHTS[RANK_SUMMARY]))
+    names_only = Func(F("search__summary"), Value("{a}"), function="ts_filter", output_field=SearchVectorField())
+    names, summary = Q(tier_names=search), Q(search__summary=search)
+    qs = qs.alias(tier_names=names_only)  # the expression migration 0013 indexes
     return [qs.filter(names).annotate(rank=Value(RANK_NAMES)),
             qs.filter(summary & ~names).annotate(rank=Value(RANK_SUMMARY)),
             qs.filter(Q(search__vector=search) & ~summary).annotate(rank=Value(RANK_README))]

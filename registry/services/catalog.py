@@ -117,15 +117,16 @@ def _search_vector_refresh(env: Environment, head, tags: list[str], tools: list)
     described = " ".join([head.description if head else "", " ".join(tags), " ".join(str(t) for t in tools)])
     text = (readme.readme_text(head.readme_body[:SEARCH_README_SOURCE_CHARS], limit=SEARCH_README_CHARS)
             if head else "")
-    # One statement: insert or replace the row, the vector computed by the database.
+    # One statement: insert or replace the row, the vectors computed by the database (the summary once).
     with connection.cursor() as cursor:
         cursor.execute(
-            f'INSERT INTO "{EnvironmentSearch._meta.db_table}" ("environment_id", "vector") VALUES (%s, '
-            "setweight(to_tsvector('simple'::regconfig, %s), 'A') "
-            "|| setweight(to_tsvector('english'::regconfig, %s), 'B') "
-            "|| setweight(to_tsvector('english'::regconfig, %s), 'C')) "
-            'ON CONFLICT ("environment_id") DO UPDATE SET "vector" = EXCLUDED."vector"',
-            [env.pk, names, described, text])
+            f'INSERT INTO "{EnvironmentSearch._meta.db_table}" ("environment_id", "summary", "vector") '
+            "SELECT %s, summary, summary || setweight(to_tsvector('english'::regconfig, %s), 'C') FROM ("
+            "SELECT setweight(to_tsvector('simple'::regconfig, %s), 'A') "
+            "|| setweight(to_tsvector('english'::regconfig, %s), 'B') AS summary) AS parts "
+            'ON CONFLICT ("environment_id") DO UPDATE SET "summary" = EXCLUDED."summary", '
+            '"vector" = EXCLUDED."vector"',
+            [env.pk, text, names, described])
 
 
 def catalog_refresh_all(*, batch: int = 500) -> int:

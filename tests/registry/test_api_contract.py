@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from django.db import connection
 from django.test import RequestFactory
 
 from registry import services
@@ -277,6 +278,11 @@ def test_relevance_is_the_best_field_that_answers_then_likes_and_pages_through_e
     assert len(seen) == len(set(seen))
     assert set(expected) <= {i.split("/")[1] for i in seen}
     assert not any("other_" in i or "unrelated" in i for i in seen)
+    with connection.cursor() as cursor:  # the tiers' small vector is exactly the names-and-summary part
+        cursor.execute("SELECT count(*), count(*) FILTER (WHERE summary = ts_filter(vector, '{a,b}')) "
+                       "FROM registry_environmentsearch")
+        total, same = cursor.fetchone()
+    assert total == Environment.objects.count() and same == total
 
 
 def _mirror_sync(client, mirror: dict, since: str | None) -> str | None:
