@@ -4,6 +4,8 @@ import django.contrib.postgres.search
 import django.db.models.deletion
 from django.db import migrations, models
 
+from registry.sqlops import run_sql_on
+
 
 # PostgreSQL only, so not model state (the model works on both databases): the full-text index, the trigram
 # indexes behind typo-tolerant search, and the catalog's NULLS LAST sorts in their exact order (SQLite can
@@ -25,18 +27,6 @@ PG_BACKWARD = [
     "DROP INDEX IF EXISTS environment_key_trgm",
     "DROP INDEX IF EXISTS environmentsearch_vector",
 ]
-
-
-def postgres_forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for statement in PG_FORWARD:
-            schema_editor.execute(statement)
-
-
-def postgres_backward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for statement in PG_BACKWARD:
-            schema_editor.execute(statement)
 
 
 class Migration(migrations.Migration):
@@ -148,5 +138,5 @@ class Migration(migrations.Migration):
             model_name='environmenttag',
             constraint=models.UniqueConstraint(fields=('environment', 'tag'), name='environmenttag_unique'),
         ),
-        migrations.RunPython(postgres_forward, postgres_backward),
+        run_sql_on("postgresql", PG_FORWARD, PG_BACKWARD),
     ]

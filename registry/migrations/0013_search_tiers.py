@@ -1,6 +1,8 @@
 import django.contrib.postgres.search
 from django.db import migrations
 
+from registry.sqlops import run_sql_on
+
 # PostgreSQL only, like the full-text index of 0007: the summary of the vectors already stored (their A and B
 # weights), and one GIN index per relevance tier: on the summary, and on its names (weight A) alone
 # (selectors._tiers builds the same expression).
@@ -17,18 +19,6 @@ PG_BACKWARD = [
 ]
 
 
-def postgres_forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for statement in PG_FORWARD:
-            schema_editor.execute(statement)
-
-
-def postgres_backward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        for statement in PG_BACKWARD:
-            schema_editor.execute(statement)
-
-
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -43,5 +33,5 @@ class Migration(migrations.Migration):
                 "Names, description, tags and MCP tools only: small enough to check row by row, for the "
                 "relevance tiers.")),
         ),
-        migrations.RunPython(postgres_forward, postgres_backward),
+        run_sql_on("postgresql", PG_FORWARD, PG_BACKWARD),
     ]
