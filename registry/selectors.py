@@ -98,22 +98,18 @@ def _cards(qs: QuerySet[Environment], *, manifest: bool = False) -> QuerySet[Env
 
 # --- the catalog: search, facets, sorts ---------------------------------------------------------------------
 
-# The verdict facet, as people read it: a sleeping Space with no verdict is not "broken", it is asleep.
-VERDICT_FACET = Case(
-    When(verdict_outcome__in=["pass", "warn"], then=F("verdict_outcome")),
-    When(verdict_outcome__in=["fail", "error"], then=Value("fail")),
-    When(runtime_stage__in=SLEEPING_STAGES, then=Value("sleeping")),
-    default=Value("unvalidated"),
-)
 _JUDGED = ["pass", "warn", "fail", "error"]
-# The same facet as conditions on the columns, for filtering: the planner has statistics for these (none for
-# the CASE), so a filtered page walks the index of its sort instead of sorting every row that passes.
+# The verdict facet, as people read it: a sleeping Space with no verdict is not "broken", it is asleep. As
+# conditions on the columns, for filtering (the planner has statistics for these, so a filtered page walks the
+# index of its sort instead of sorting every row that passes), and as the value the facet counts group by.
 VERDICT_WHERE = {
     "pass": Q(verdict_outcome="pass"), "warn": Q(verdict_outcome="warn"),
     "fail": Q(verdict_outcome__in=["fail", "error"]),
     "sleeping": ~Q(verdict_outcome__in=_JUDGED) & Q(runtime_stage__in=SLEEPING_STAGES),
     "unvalidated": ~Q(verdict_outcome__in=_JUDGED) & ~Q(runtime_stage__in=SLEEPING_STAGES),
 }
+VERDICT_FACET = Case(*(When(where, then=Value(verdict)) for verdict, where in VERDICT_WHERE.items()
+                       if verdict != "unvalidated"), default=Value("unvalidated"))
 VERDICTS = {"pass": "Passing", "warn": "Warnings", "fail": "Failing", "sleeping": "Sleeping",
             "unvalidated": "Not yet validated"}
 MODES = {"simulation": "Simulation", "production": "Production"}
@@ -312,7 +308,12 @@ def _full_text(qs: QuerySet[Environment], q: str) -> SearchQuery | None:
 
 
 def _searched(qs: QuerySet[Environment], q: str) -> QuerySet[Environment]:
-    """Environments matching the search text, annotated with `rank` (higher is better).
+    return _matched(qs, q, _full_text(qs, q))
+
+
+def _matched(qs: QuerySet[Environment], q: str, search: SearchQuery | None) -> QuerySet[Environment]:
+    """Environments matching the search text, annotated with `rank` (higher is better); `search` is what
+    `_full_text` found for it.
 
     PostgreSQL: the stored search vector (names weigh most, then description, tags and MCP tools, then the
     README), ranked by `_tiers` (`rank` here is only a placeholder: `catalog_filtered` hands out a `Ranked` for
@@ -322,7 +323,6 @@ def _searched(qs: QuerySet[Environment], q: str) -> QuerySet[Environment]:
     if not q:
         return qs.annotate(rank=Value(0.0))
     if _postgres():
-        search = _full_text(qs, q)
         if search is not None:
             return qs.filter(search__vector=search).annotate(rank=Value(0.0))
         similarity = Greatest(TrigramWordSimilarity(q, "key"), TrigramWordSimilarity(q, "head__manifest_name"))
@@ -347,10 +347,10 @@ def catalog_filtered(query: CatalogQuery, *, order: str | None = None) -> QueryS
     """The environments in one catalog state, unordered, annotated with `rank` (the API orders and pages them).
     In the `relevance` order, a full-text search is a `Ranked`, read tier by tier."""
     base = _base(query)
-    search = _full_text(base, query.q) if order == "relevance" else None
-    if search is not None:
+    search = _full_text(base, query.q)
+    if search is not None and order == "relevance":
         return Ranked(_tiers(base.filter(_facet_filters(query)), search))
-    return _searched(base, query.q).filter(_facet_filters(query))
+    return _matched(base, query.q, search).filter(_facet_filters(query))
 
 
 def catalog_matches(query: CatalogQuery) -> QuerySet[Environment] | Ranked:

@@ -108,8 +108,8 @@ ORDERS: dict[str, tuple[Column, ...]] = {
 
 def _order_by(columns: tuple[Column, ...]) -> list:
     """NULLS LAST only where a column has nulls: on the others the plain order is the one their index holds."""
-    return [(F(c.field).desc(nulls_last=True) if c.descending else F(c.field).asc(nulls_last=True)) if c.nullable
-            else F(c.field).desc() if c.descending else F(c.field).asc() for c in columns]
+    return [F(c.field).desc(nulls_last=c.nullable or None) if c.descending
+            else F(c.field).asc(nulls_last=c.nullable or None) for c in columns]
 
 
 def _after(columns: tuple[Column, ...], values: list) -> Q:
