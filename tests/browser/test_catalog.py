@@ -201,7 +201,8 @@ def test_screenshots_of_the_main_pages(open_page):
     """Written under var/screenshots/ for people to look at (`make screenshots`); this only checks they exist."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     report = _run_id(open_page, "/environments/local/mcp_calculator/")
-    shots = {"home": "/", "browse": "/environments/?verdict=pass", "environment": "/environments/local/mcp_calculator/",
+    shots = {"home": "/", "browse": "/environments/?verdict=pass", "search": "/environments/?q=echo",
+             "environment": "/environments/local/mcp_calculator/",
              "last-known-good": "/environments/local/flaky_echo/", "hub-space": "/environments/openenv/chess_env/",
              "report": report, "hostile": "/environments/evil/readme_script/", "not-found": "/environments/x/y/",
              "deprecated": "/environments/openenv/textarena_env/",
