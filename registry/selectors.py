@@ -84,16 +84,28 @@ def _open_problems() -> Prefetch:
     )
 
 
+# What a catalog card or an API list item reads, and nothing more: a list loads these columns for each of its
+# environments, so every column read and every model built costs once per card.
+CARD_FIELDS = (
+    "id", "source", "owner", "name", "key", "status", "status_changed_at", "status_reason", "likes", "runtime_stage",
+    "updated_at", "changed_at", "mode", "has_mcp", "step_p50_ms", "deprecated_at", "deprecation_reason",
+    "successor", "head", "head__sha", "head__manifest_name", "head__description", "head__tags",
+    "verdict_run", "verdict_run__outcome", "verdict_run__finished_at", "verdict_run__failing_checks",
+    "verdict_run__revision", "verdict_run__revision__sha",
+)
+
+
 def _cards(qs: QuerySet[Environment], *, manifest: bool = False) -> QuerySet[Environment]:
     """What a catalog card or an API list item shows: the head's summary and the verdict run, in the same query
-    (`manifest`: the head's raw manifest too, for the environment's own page)."""
-    return (qs.select_related("head", "verdict_run", "verdict_run__revision")
-            .defer(*_heavy("head"), *([] if manifest else ["head__manifest_raw"]), "verdict_run__report",
-                   "verdict_run__observed",
-                   *_heavy("verdict_run__revision"), "verdict_run__revision__manifest_raw",
-                   "verdict_run__revision__manifest")
-            .annotate(successor_owner=F("successor__owner"), successor_name=F("successor__name"),
-                      head_yank_reason=F("head__yank__reason")))
+    (`manifest`: the whole environment, its head with the raw manifest and the head's yank, for its own page)."""
+    qs = (qs.select_related("head", "verdict_run", "verdict_run__revision")
+          .annotate(successor_owner=F("successor__owner"), successor_name=F("successor__name")))
+    if not manifest:
+        return qs.only(*CARD_FIELDS)
+    return (qs.defer(*_heavy("head"), "verdict_run__report", "verdict_run__observed",
+                     *_heavy("verdict_run__revision"), "verdict_run__revision__manifest_raw",
+                     "verdict_run__revision__manifest")
+            .annotate(head_yank_reason=F("head__yank__reason")))
 
 
 # --- the catalog: search, facets, sorts ---------------------------------------------------------------------

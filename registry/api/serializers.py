@@ -31,6 +31,16 @@ def _absolute(context: dict, path: str) -> str:
     return request.build_absolute_uri(path) if request else path
 
 
+def _environment_url(context: dict, viewname: str, env: Environment) -> str:
+    """The absolute URL of one of the environment's routes. A list shows two per item, so each route is
+    reversed once per request, with stand-ins, and filled in (owner and name match ID_PART: never quoted)."""
+    routes = context.setdefault("environment_routes", {})
+    if viewname not in routes:
+        path = reverse(viewname, kwargs={"owner": "OWNER", "name": "NAME"})
+        routes[viewname] = _absolute(context, "/")[:-1] + path.replace("OWNER", "{owner}").replace("NAME", "{name}")
+    return routes[viewname].format(owner=env.owner, name=env.name)
+
+
 class IndexProblemSerializer(serializers.ModelSerializer):
     class Meta:
         model = IndexProblem
@@ -204,7 +214,7 @@ class EnvironmentSerializer(serializers.ModelSerializer):
         problems = getattr(env, "open_problems", None)
         if problems is None:
             problems = env.problems.filter(resolved_at__isnull=True)
-        return IndexProblemSerializer(problems, many=True).data
+        return IndexProblemSerializer(problems, many=True).data if problems else []
 
     @extend_schema_field(VERDICT_SCHEMA)
     def get_verdict(self, env: Environment) -> dict | None:
@@ -212,11 +222,11 @@ class EnvironmentSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, env: Environment) -> str:
-        return _absolute(self.context, reverse("api:environment-detail", kwargs={"owner": env.owner, "name": env.name}))
+        return _environment_url(self.context, "api:environment-detail", env)
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_page_url(self, env: Environment) -> str:
-        return _absolute(self.context, reverse("registry:environment", kwargs={"owner": env.owner, "name": env.name}))
+        return _environment_url(self.context, "registry:environment", env)
 
 
 PULL_FORM_SCHEMA = inline_serializer("PullForm", {
@@ -256,11 +266,11 @@ class EnvironmentDetailSerializer(EnvironmentSerializer):
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_revisions_url(self, env: Environment) -> str:
-        return _absolute(self.context, reverse("api:revision-list", kwargs={"owner": env.owner, "name": env.name}))
+        return _environment_url(self.context, "api:revision-list", env)
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_validations_url(self, env: Environment) -> str:
-        return _absolute(self.context, reverse("api:validation-list", kwargs={"owner": env.owner, "name": env.name}))
+        return _environment_url(self.context, "api:validation-list", env)
 
     @extend_schema_field(LAST_GOOD_SCHEMA)
     def get_last_known_good(self, env: Environment) -> dict | None:

@@ -373,8 +373,10 @@ def _queries(client, url: str) -> int:
 
 
 def test_pages_cost_the_same_whatever_the_number_of_rows_shown(client, catalog):
+    """Also the API's lists, which share the cards: a column a card forgot to load would cost a query per row."""
     urls = ["/", "/environments/", "/environments/?q=env&tag=openenv&verdict=pass", "/owners/local/",
-            "/tags/openenv/", "/environments/local/chess_env/"]
+            "/tags/openenv/", "/environments/local/chess_env/", "/api/v1/environments/",
+            "/api/v1/environments/?q=env&verdict=pass"]
     for url in urls:
         client.get(url)  # README rendered and stored at first view
     before = {url: _queries(client, url) for url in urls}
