@@ -98,11 +98,11 @@ CARD_FIELDS = (
 def _cards(qs: QuerySet[Environment], *, manifest: bool = False) -> QuerySet[Environment]:
     """What a catalog card or an API list item shows: the head's summary and the verdict run, in the same query
     (`manifest`: the whole environment, its head with the raw manifest and the head's yank, for its own page)."""
-    qs = (qs.select_related("head", "verdict_run", "verdict_run__revision")
-          .annotate(successor_owner=F("successor__owner"), successor_name=F("successor__name")))
+    qs = qs.select_related("head", "verdict_run", "verdict_run__revision")
     if not manifest:
         return qs.only(*CARD_FIELDS)
-    return (qs.defer(*_heavy("head"), "verdict_run__report", "verdict_run__observed",
+    return (qs.annotate(successor_owner=F("successor__owner"), successor_name=F("successor__name"))
+            .defer(*_heavy("head"), "verdict_run__report", "verdict_run__observed",
                      *_heavy("verdict_run__revision"), "verdict_run__revision__manifest_raw",
                      "verdict_run__revision__manifest")
             .annotate(head_yank_reason=F("head__yank__reason")))
@@ -302,6 +302,8 @@ class Ranked:
     def __getitem__(self, index: slice) -> list:
         if not isinstance(index, slice) or index.stop is None:
             raise TypeError("a ranked search is read a page at a time: slice it with an end")
+        if index.stop <= (index.start or 0):
+            return []  # (an empty page: Django would make each part an EmptyQuerySet, which a union cannot order)
         # The merged rows are ordered by name, so every sort column is selected (and dropped afterwards).
         columns = [f.lstrip("-") if isinstance(f, str) else f.expression.name for f in self.ordering]
         selected = (*self.fields, *(c for c in columns if c not in self.fields))
@@ -359,10 +361,14 @@ def catalog_filtered(query: CatalogQuery, *, order: str | None = None) -> QueryS
     """The environments in one catalog state, unordered, annotated with `rank` (the API orders and pages them).
     In the `relevance` order, a full-text search is a `Ranked`, read tier by tier."""
     base = _base(query)
-    search = _full_text(base, query.q)
-    if search is not None and order == "relevance":
-        return Ranked(_tiers(base.filter(_facet_filters(query)), search))
-    return _matched(base, query.q, search).filter(_facet_filters(query))
+    if query.q and order == "relevance" and _postgres():
+        # No separate question first: the typo fallback is a last part that answers only when full text matches
+        # nothing (PostgreSQL decides that once, in the same query, and skips the part otherwise).
+        search = _search_query(query.q)
+        no_full_text = ~Exists(base.filter(search__vector=search))
+        typos = _matched(base, query.q, None).filter(no_full_text)
+        return Ranked([part.filter(_facet_filters(query)) for part in (*_tiers(base, search), typos)])
+    return _matched(base, query.q, _full_text(base, query.q)).filter(_facet_filters(query))
 
 
 def catalog_matches(query: CatalogQuery) -> QuerySet[Environment] | Ranked:
@@ -384,9 +390,19 @@ def owner_counts() -> QuerySet:
 
 
 def environment_cards(ids: list[int]) -> list[Environment]:
-    """The environments with these ids, in this order, with what a card shows loaded (three queries)."""
+    """The environments with these ids, in this order, with what a card shows loaded (three queries; a fourth
+    when one of them is deprecated for a successor)."""
     found = _cards(Environment.objects.filter(pk__in=ids)).prefetch_related(_open_problems()).in_bulk()
-    return [found[pk] for pk in ids if pk in found]
+    cards = [found[pk] for pk in ids if pk in found]
+    # The successors' names, for the deprecated (few, so apart: a join on every page would cost more).
+    successors = {card.successor_id for card in cards if card.successor_id}
+    if successors:
+        names = {pk: (owner, name) for pk, owner, name
+                 in Environment.objects.filter(pk__in=successors).values_list("pk", "owner", "name")}
+        for card in cards:
+            if card.successor_id in names:
+                card.successor_owner, card.successor_name = names[card.successor_id]
+    return cards
 
 
 class _Counted:

@@ -278,6 +278,9 @@ def test_relevance_is_the_best_field_that_answers_then_likes_and_pages_through_e
     assert len(seen) == len(set(seen))
     assert set(expected) <= {i.split("/")[1] for i in seen}
     assert not any("other_" in i or "unrelated" in i for i in seen)
+    # A typo matches no word: the names most like it answer instead, in the same order, paged the same way.
+    typo = [i.split("/")[1] for i in _page_through(client, f"{API}/environments/?q=chesss_big&page_size=1")]
+    assert typo[0] == "chess_big" and len(typo) == len(set(typo)) and "unrelated" not in typo
     with connection.cursor() as cursor:  # the tiers' small vector is exactly the names-and-summary part
         cursor.execute("SELECT count(*), count(*) FILTER (WHERE summary = ts_filter(vector, '{a,b}')) "
                        "FROM registry_environmentsearch")
