@@ -254,7 +254,7 @@ def _facet_filters(query: CatalogQuery, skip: str | None = None) -> Q:
 
 
 def _base(query: CatalogQuery) -> QuerySet[Environment]:
-    qs = Environment.objects.annotate(verdict_facet=VERDICT_FACET)
+    qs = Environment.objects.all()
     if query.status:
         qs = qs.filter(status=query.status)
     if query.source:
@@ -454,7 +454,7 @@ class Facet:
 
 # The value each facet groups by (the tag facet is the EnvironmentTag rows, counted apart).
 _FACET_VALUES = {
-    "verdict": F("verdict_facet"), "owner": F("owner"), "mode": F("mode"),
+    "verdict": VERDICT_FACET, "owner": F("owner"), "mode": F("mode"),
     "mcp": Case(When(has_mcp=True, then=Value("yes")), default=Value("no")),
     "stage": F("runtime_stage"), "openenv": F("openenv_requirement"),
 }
