@@ -601,15 +601,27 @@ def catalog_home(*, per_list: int = 6) -> CatalogHome:
 
 def environment_get(*, owner: str, name: str) -> Environment | None:
     """One environment by owner/name, case-insensitively, with its head (without README and file list), its
-    verdict run and open problems loaded: two queries, whatever the number of revisions or runs."""
+    verdict run and open problems loaded: two queries, whatever the number of revisions or runs. Its last known
+    good run is read apart, where it is shown (`environment_good_run`): joined here, its two tables made the
+    planner's work on this query, which every environment endpoint asks, dearer than a query of its own."""
     return (
         _cards(Environment.objects, manifest=True)
-        .select_related("good_run", "good_run__revision")
-        .defer("good_run__report", "good_run__observed", *_heavy("good_run__revision"))
         .prefetch_related(_open_problems())
         .filter(key=environment_key(owner, name))
         .first()
     )
+
+
+def environment_good_run(environment: Environment) -> ValidationRun | None:
+    """The environment's last known good run with its revision (without README and file list), also set as
+    `environment.good_run`; None when no revision ever passed."""
+    if environment.good_run_id is None:
+        return None
+    run = (ValidationRun.objects.select_related("revision").defer("report", "observed", *_heavy("revision"))
+           .filter(pk=environment.good_run_id).first())
+    if run is not None:
+        environment.good_run = run
+    return run
 
 
 def environment_moved(*, owner: str, name: str) -> Environment | None:

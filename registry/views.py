@@ -146,10 +146,10 @@ def environment_detail(request: HttpRequest, owner: str, name: str) -> HttpRespo
         run = selectors.revision_run_latest(revision=revision)
         observed = (run.observed or {}) if run else {}
         schemas = observed.get("schemas") if isinstance(observed.get("schemas"), dict) else {}
-        good = env.good_run
         # Offer the last known good when the head fails, or when its owners yanked it.
-        show_good = (not older and (env.verdict_outcome in ("fail", "error") or env.head_yank_reason is not None)
-                     and good is not None and good.revision_id != env.head_id)
+        wanted = not older and (env.verdict_outcome in ("fail", "error") or env.head_yank_reason is not None)
+        good = selectors.environment_good_run(env) if wanted else None
+        show_good = good is not None and good.revision_id != env.head_id
         context.update({
             "revision": revision, "older": older, "run": run,
             "pulls": pull_forms(pull_target(env, revision, hub=settings.HF_ENDPOINT, staff=staff)),

@@ -185,6 +185,7 @@ class EnvironmentDetail(EnvironmentMixin, generics.GenericAPIView):
         verdict = selectors.environment_verdict(environment=env)
         observed = selectors.validation_run_observed(run_id=verdict.pk) if verdict else None
         env.observed_schemas = (observed or {}).get("schemas")
+        selectors.environment_good_run(env)
         response = Response(self.get_serializer(env).data)
         response["Last-Modified"] = http_date(env.changed_at.timestamp())
         return response
