@@ -97,15 +97,28 @@ CARD_FIELDS = (
 
 def _cards(qs: QuerySet[Environment], *, manifest: bool = False) -> QuerySet[Environment]:
     """What a catalog card or an API list item shows: the head's summary and the verdict run, in the same query
-    (`manifest`: the whole environment, its head with the raw manifest and the head's yank, for its own page)."""
+    (`manifest`: the whole environment, its head with the raw manifest and the head's yank, for its own page).
+    Successors' names are read apart (`_name_successors`)."""
     qs = qs.select_related("head", "verdict_run", "verdict_run__revision")
     if not manifest:
         return qs.only(*CARD_FIELDS)
-    return (qs.annotate(successor_owner=F("successor__owner"), successor_name=F("successor__name"))
-            .defer(*_heavy("head"), "verdict_run__report", "verdict_run__observed",
+    return (qs.defer(*_heavy("head"), "verdict_run__report", "verdict_run__observed",
                      *_heavy("verdict_run__revision"), "verdict_run__revision__manifest_raw",
                      "verdict_run__revision__manifest")
             .annotate(head_yank_reason=F("head__yank__reason")))
+
+
+def _name_successors(environments: list[Environment]) -> None:
+    """Set `successor_owner` and `successor_name` on the deprecated among `environments` that name a successor:
+    one query, and none when there is no such environment (they are few: a join on every lookup cost more)."""
+    successors = {env.successor_id for env in environments if env.successor_id}
+    if not successors:
+        return
+    names = {pk: (owner, name) for pk, owner, name
+             in Environment.objects.filter(pk__in=successors).values_list("pk", "owner", "name")}
+    for env in environments:
+        if env.successor_id in names:
+            env.successor_owner, env.successor_name = names[env.successor_id]
 
 
 # --- the catalog: search, facets, sorts ---------------------------------------------------------------------
@@ -394,14 +407,7 @@ def environment_cards(ids: list[int]) -> list[Environment]:
     when one of them is deprecated for a successor)."""
     found = _cards(Environment.objects.filter(pk__in=ids)).prefetch_related(_open_problems()).in_bulk()
     cards = [found[pk] for pk in ids if pk in found]
-    # The successors' names, for the deprecated (few, so apart: a join on every page would cost more).
-    successors = {card.successor_id for card in cards if card.successor_id}
-    if successors:
-        names = {pk: (owner, name) for pk, owner, name
-                 in Environment.objects.filter(pk__in=successors).values_list("pk", "owner", "name")}
-        for card in cards:
-            if card.successor_id in names:
-                card.successor_owner, card.successor_name = names[card.successor_id]
+    _name_successors(cards)
     return cards
 
 
@@ -601,15 +607,19 @@ def catalog_home(*, per_list: int = 6) -> CatalogHome:
 
 def environment_get(*, owner: str, name: str) -> Environment | None:
     """One environment by owner/name, case-insensitively, with its head (without README and file list), its
-    verdict run and open problems loaded: two queries, whatever the number of revisions or runs. Its last known
-    good run is read apart, where it is shown (`environment_good_run`): joined here, its two tables made the
-    planner's work on this query, which every environment endpoint asks, dearer than a query of its own."""
-    return (
+    verdict run and open problems loaded: two queries, whatever the number of revisions or runs (a third when
+    it is deprecated for a successor). Its last known good run is read apart, where it is shown
+    (`environment_good_run`): joined here, its two tables made the planner's work on this query, which every
+    environment endpoint asks, dearer than a query of its own."""
+    env = (
         _cards(Environment.objects, manifest=True)
         .prefetch_related(_open_problems())
         .filter(key=environment_key(owner, name))
         .first()
     )
+    if env is not None:
+        _name_successors([env])
+    return env
 
 
 def environment_good_run(environment: Environment) -> ValidationRun | None:

@@ -212,16 +212,16 @@ class EnvironmentSerializer(serializers.ModelSerializer):
         """The item, written out: a list serializes up to 200 of them, and DRF's generic walk over the fields
         (kept for the detail, and checked against this one for every kind of item by the tests) costs more
         than the page's queries."""
-        head, when = env.head, _rfc3339
+        head = env.head
         return {
             "id": env.repo_id, "owner": env.owner, "name": env.name, "source": env.source, "status": env.status,
-            "status_reason": env.status_reason, "status_changed_at": when(env.status_changed_at),
+            "status_reason": env.status_reason, "status_changed_at": _rfc3339(env.status_changed_at),
             "head_sha": head.sha if head else None,
             "manifest_name": head.manifest_name if head else "",
             "description": head.description if head else "",
             "tags": self.get_tags(env), "likes": env.likes, "runtime_stage": env.runtime_stage, "mode": env.mode,
             "has_mcp": env.has_mcp, "step_p50_ms": env.step_p50_ms,
-            "updated_at": when(env.updated_at), "changed_at": when(env.changed_at),
+            "updated_at": _rfc3339(env.updated_at), "changed_at": _rfc3339(env.changed_at),
             "index_errors": self.get_index_errors(env), "verdict": self.get_verdict(env),
             "deprecated": self.get_deprecated(env), "url": self.get_url(env), "page_url": self.get_page_url(env),
         }

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
+from django.utils import timezone
+from rest_framework.request import Request
+from rest_framework.serializers import ModelSerializer
+from rest_framework.test import APIRequestFactory
 
-from registry import services
+from registry import selectors, services
+from registry.api.serializers import EnvironmentSerializer
 from registry.models import Environment
+from tests.registry.test_pages import finish
 
 pytestmark = pytest.mark.django_db
 
@@ -49,15 +55,6 @@ def test_list_shape_and_cursor_pagination(client, indexed):
 def test_list_items_written_out_are_what_the_generic_serializer_makes(indexed, django_assert_num_queries):
     """The list writes its items out by hand (for speed): for every kind of item, the same dict, in the same
     order, as DRF's generic walk over the declared fields."""
-    from django.utils import timezone
-    from rest_framework.request import Request
-    from rest_framework.serializers import ModelSerializer
-    from rest_framework.test import APIRequestFactory
-
-    from registry import selectors
-    from registry.api.serializers import EnvironmentSerializer
-    from tests.registry.test_pages import finish
-
     finish(Environment.objects.get(name="echo_env"), "pass", mcp=True, p50=0.012)
     finish(Environment.objects.get(name="chess_env"), "fail")
     Environment.objects.filter(name="coding_env").update(
