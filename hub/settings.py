@@ -79,6 +79,12 @@ def database_from_url(url: str) -> dict:
             f"DATABASE_URL is malformed: {reason} (percent-encode '@', ':', '/', '?' and '#' in the password)"
         ) from None
     if parts.scheme in ("postgres", "postgresql", "pgsql"):
+        # No parallel query (unless the URL's own `options` say otherwise): the hub's queries read a page or a
+        # count, and a web worker serves one request while the other workers serve theirs. At 100,000
+        # environments the planner chose a parallel plan for the search's typo part, which runs only when full
+        # text matches nothing: starting its two workers cost a search about 10 ms when the part never ran, and
+        # the typo scan itself was no faster with them (`make bench-api`, docs/benchmarks.md run 4).
+        options.setdefault("options", "-c max_parallel_workers_per_gather=0")
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parts.path.lstrip("/")) or "postgres",

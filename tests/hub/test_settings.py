@@ -19,7 +19,19 @@ def test_database_from_url_postgres():
     db = s.database_from_url("postgres://hub:p%40ss@db.example:6543/registry?sslmode=require")
     assert db["ENGINE"] == "django.db.backends.postgresql"
     assert (db["USER"], db["PASSWORD"], db["HOST"], db["PORT"], db["NAME"]) == ("hub", "p@ss", "db.example", "6543", "registry")
-    assert db["OPTIONS"] == {"sslmode": "require"}
+    assert db["OPTIONS"] == {"sslmode": "require", "options": "-c max_parallel_workers_per_gather=0"}
+    own = s.database_from_url("postgres://hub@db/registry?options=-c%20work_mem%3D64MB")
+    assert own["OPTIONS"] == {"options": "-c work_mem=64MB"}  # the URL's own server options replace ours
+
+
+def test_postgres_connections_plan_without_parallel_workers(db):
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("a PostgreSQL setting")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_parallel_workers_per_gather")
+        assert cursor.fetchone() == ("0",)
 
 
 def test_database_from_url_sqlite_and_errors():
