@@ -14,7 +14,7 @@ import operator
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from django.contrib.postgres.search import SearchQuery, SearchVectorField, TrigramWordSimilarity
@@ -27,6 +27,7 @@ from django.db.models import (
     Count,
     Exists,
     F,
+    FloatField,
     Func,
     OuterRef,
     Prefetch,
@@ -37,7 +38,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.fields.json import KeyTextTransform, KeyTransform
-from django.db.models.functions import Coalesce, Greatest
+from django.db.models.functions import Cast, Coalesce, Greatest
 from django.urls import reverse
 
 from registry import badges, discovery
@@ -284,45 +285,65 @@ def _base(query: CatalogQuery) -> QuerySet[Environment]:
 RANK_NAMES, RANK_SUMMARY, RANK_README = 3, 2, 1
 
 
-def _tiers(qs: QuerySet[Environment], search: SearchQuery) -> list[QuerySet[Environment]]:
-    """The full-text matches of `search` split into the relevance tiers, best first, each annotated with `rank`
-    (its tier): disjoint, and together exactly the matches."""
+Part = Callable[[], QuerySet[Environment]]  # a QuerySet not built yet (building one costs as much as reading it)
+
+
+def _tiers(qs: QuerySet[Environment], search: SearchQuery, where: Q) -> list[Part]:
+    """The full-text matches of `search` that pass `where`, split into the relevance tiers, best first, each
+    annotated with `rank` (its tier): disjoint, and together exactly the matches."""
     names_only = Func(F("search__summary"), Value("{a}"), function="ts_filter", output_field=SearchVectorField())
     names, summary = Q(tier_names=search), Q(search__summary=search)
-    qs = qs.alias(tier_names=names_only)  # the expression migration 0013 indexes
-    return [qs.filter(names).annotate(rank=Value(RANK_NAMES)),
-            qs.filter(summary & ~names).annotate(rank=Value(RANK_SUMMARY)),
-            qs.filter(Q(search__vector=search) & ~summary).annotate(rank=Value(RANK_README))]
+
+    def tier(match: Q, rank: int) -> Part:
+        # tier_names: the expression migration 0013 indexes
+        return lambda: qs.alias(tier_names=names_only).filter(match & where).annotate(rank=Value(rank))
+
+    return [tier(names, RANK_NAMES), tier(summary & ~names, RANK_SUMMARY),
+            tier(Q(search__vector=search) & ~summary, RANK_README)]
 
 
 class Ranked:
     """A search's matches in relevance order, for paging: the part of the QuerySet API that paging uses
-    (`filter`, `order_by`, `values_list`, slicing), applied to each tier. A slice is one UNION ALL of the tiers,
-    each cut to the slice's end before they are merged, so a page costs what its own rows cost."""
+    (`filter`, `order_by`, `values_list`, slicing), applied to each tier. The tiers are disjoint and every match
+    of one ranks above every match of the next, so a slice reads them in turn, each cut to what the slice still
+    lacks, and stops as soon as it is full: a page costs what its own rows cost, and a search whose best tiers
+    fill the page never builds, plans or reads the others. `fallback` is read only when no tier answered."""
 
-    def __init__(self, parts: list[QuerySet], ordering: tuple = (), fields: tuple = ("pk",), flat: bool = False):
-        self.parts, self.ordering, self.fields, self.flat = parts, ordering, fields, flat
+    def __init__(self, parts: list[Part], fallback: Part, ordering: tuple = (), fields: tuple = ("pk",),
+                 flat: bool = False):
+        self.parts, self.fallback = parts, fallback
+        self.ordering, self.fields, self.flat = ordering, fields, flat
+
+    def _with(self, **changes) -> Ranked:
+        return Ranked(**{"parts": self.parts, "fallback": self.fallback, "ordering": self.ordering,
+                         "fields": self.fields, "flat": self.flat, **changes})
 
     def filter(self, *args, **kwargs) -> Ranked:
-        return Ranked([p.filter(*args, **kwargs) for p in self.parts], self.ordering, self.fields, self.flat)
+        def filtered(part: Part) -> Part:
+            return lambda: part().filter(*args, **kwargs)
+
+        return self._with(parts=[filtered(p) for p in self.parts], fallback=filtered(self.fallback))
 
     def order_by(self, *ordering) -> Ranked:
-        return Ranked(self.parts, ordering, self.fields, self.flat)
+        return self._with(ordering=ordering)
 
     def values_list(self, *fields, flat: bool = False) -> Ranked:
-        return Ranked(self.parts, self.ordering, fields, flat)
+        return self._with(fields=fields, flat=flat)
+
+    def _read(self, part: Part, limit: int) -> list:
+        return list(part().order_by(*self.ordering).values_list(*self.fields, flat=self.flat)[:limit])
 
     def __getitem__(self, index: slice) -> list:
         if not isinstance(index, slice) or index.stop is None:
             raise TypeError("a ranked search is read a page at a time: slice it with an end")
-        if index.stop <= (index.start or 0):
-            return []  # (an empty page: Django would make each part an EmptyQuerySet, which a union cannot order)
-        # The merged rows are ordered by name, so every sort column is selected (and dropped afterwards).
-        columns = [f.lstrip("-") if isinstance(f, str) else f.expression.name for f in self.ordering]
-        selected = (*self.fields, *(c for c in columns if c not in self.fields))
-        parts = [p.order_by(*self.ordering).values_list(*selected)[:index.stop] for p in self.parts]
-        rows = list(parts[0].union(*parts[1:], all=True).order_by(*self.ordering)[index])
-        return [row[0] for row in rows] if self.flat else [row[:len(self.fields)] for row in rows]
+        rows: list = []
+        for part in self.parts:
+            if len(rows) >= index.stop:
+                break
+            rows += self._read(part, index.stop - len(rows))
+        if not rows and index.stop > 0:
+            rows = self._read(self.fallback, index.stop)
+        return rows[index]
 
 
 def _full_text(qs: QuerySet[Environment], q: str) -> SearchQuery | None:
@@ -352,7 +373,10 @@ def _matched(qs: QuerySet[Environment], q: str, search: SearchQuery | None) -> Q
     if _postgres():
         if search is not None:
             return qs.filter(search__vector=search).annotate(rank=Value(0.0))
-        similarity = Greatest(TrigramWordSimilarity(q, "key"), TrigramWordSimilarity(q, "head__manifest_name"))
+        # double precision, not word_similarity's real: a cursor carries the rank through JSON as a Python float,
+        # and a real compared with it again is never equal to it.
+        similarity = Cast(Greatest(TrigramWordSimilarity(q, "key"), TrigramWordSimilarity(q, "head__manifest_name")),
+                          FloatField())
         return qs.annotate(rank=similarity).filter(rank__gte=0.3)
     in_name = Q(key__icontains=q) | Q(head__manifest_name__icontains=q)
     elsewhere = (Q(head__description__icontains=q) | Q(mcp_tools__icontains=q) | Q(head__readme_body__icontains=q)
@@ -375,12 +399,14 @@ def catalog_filtered(query: CatalogQuery, *, order: str | None = None) -> QueryS
     In the `relevance` order, a full-text search is a `Ranked`, read tier by tier."""
     base = _base(query)
     if query.q and order == "relevance" and _postgres():
-        # No separate question first: the typo fallback is a last part that answers only when full text matches
-        # nothing (PostgreSQL decides that once, in the same query, and skips the part otherwise).
-        search = _search_query(query.q)
-        no_full_text = ~Exists(base.filter(search__vector=search))
-        typos = _matched(base, query.q, None).filter(no_full_text)
-        return Ranked([part.filter(_facet_filters(query)) for part in (*_tiers(base, search), typos)])
+        # The typo fallback answers only when full text matches nothing: it is asked only when no tier answered
+        # the slice, and checks that itself (a cursor may have passed every full-text match).
+        search, where = _search_query(query.q), _facet_filters(query)
+
+        def typos() -> QuerySet[Environment]:
+            return _matched(base, query.q, None).filter(~Exists(base.filter(search__vector=search)) & where)
+
+        return Ranked(_tiers(base, search, where), typos)
     return _matched(base, query.q, _full_text(base, query.q)).filter(_facet_filters(query))
 
 

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.test import RequestFactory
 
-from registry import services
+from registry import selectors, services
 from registry.api.errors import server_error
 from registry.models import Environment, ValidationRun
 from registry.services import validation
@@ -267,6 +267,10 @@ def test_relevance_is_the_best_field_that_answers_then_likes_and_pages_through_e
     assert [i.split("/")[1] for i in _page_through(client, f"{API}/environments/?q=chess&page_size=2")] == expected
     page = client.get("/environments/?q=chess").content.decode()
     assert re.findall(r'<span class="owner">local/</span>(\w+)</a>', page) == expected  # the page: the same order
+    names = dict(Environment.objects.values_list("pk", "name"))
+    matches = selectors.catalog_matches(selectors.CatalogQuery(q="chess"))
+    for start, stop in [(0, 1), (1, 4), (3, 6), (5, 9), (7, 9)]:  # slices within a tier, across tiers, past the end
+        assert [names[pk] for pk in matches[start:stop]] == expected[start:stop]
 
     arrivals = iter([("chess_new", {}), ("board_new", {"description": "Chess for two."}),
                      ("reader_new", {"readme": "Chess again."})] * 2)
