@@ -302,6 +302,7 @@ def _tiers(qs: QuerySet[Environment], search: SearchQuery, where: Q) -> list[Par
             tier(Q(search__vector=search) & ~summary, RANK_README)]
 
 
+@dataclass(frozen=True)
 class Ranked:
     """A search's matches in relevance order, for paging: the part of the QuerySet API that paging uses
     (`filter`, `order_by`, `values_list`, slicing), applied to each tier. The tiers are disjoint and every match
@@ -309,26 +310,23 @@ class Ranked:
     lacks, and stops as soon as it is full: a page costs what its own rows cost, and a search whose best tiers
     fill the page never builds, plans or reads the others. `fallback` is read only when no tier answered."""
 
-    def __init__(self, parts: list[Part], fallback: Part, ordering: tuple = (), fields: tuple = ("pk",),
-                 flat: bool = False):
-        self.parts, self.fallback = parts, fallback
-        self.ordering, self.fields, self.flat = ordering, fields, flat
-
-    def _with(self, **changes) -> Ranked:
-        return Ranked(**{"parts": self.parts, "fallback": self.fallback, "ordering": self.ordering,
-                         "fields": self.fields, "flat": self.flat, **changes})
+    parts: list[Part]
+    fallback: Part
+    ordering: tuple = ()
+    fields: tuple = ("pk",)
+    flat: bool = False
 
     def filter(self, *args, **kwargs) -> Ranked:
         def filtered(part: Part) -> Part:
             return lambda: part().filter(*args, **kwargs)
 
-        return self._with(parts=[filtered(p) for p in self.parts], fallback=filtered(self.fallback))
+        return replace(self, parts=[filtered(p) for p in self.parts], fallback=filtered(self.fallback))
 
     def order_by(self, *ordering) -> Ranked:
-        return self._with(ordering=ordering)
+        return replace(self, ordering=ordering)
 
     def values_list(self, *fields, flat: bool = False) -> Ranked:
-        return self._with(fields=fields, flat=flat)
+        return replace(self, fields=fields, flat=flat)
 
     def _read(self, part: Part, limit: int) -> list:
         return list(part().order_by(*self.ordering).values_list(*self.fields, flat=self.flat)[:limit])
